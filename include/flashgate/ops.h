@@ -1,0 +1,109 @@
+// The four operations of SPEC §1, their argument structs, backend choice and workspace sizing.
+//
+// Conventions (cuDNN / FlashInfer style): plain structs of tensor views, caller-owned outputs, an explicit
+// stream, a workspace query, no hidden allocation on the hot path. Every call checks its arguments first
+// (SPEC §8) and throws flashgate::Error without writing anything when one is bad.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "flashgate/tensor.h"
+
+struct CUstream_st;  // cudaStream_t without including the CUDA headers
+
+namespace flashgate {
+
+enum class Backend : int {
+  automatic,  // the fastest backend that serves the request on the tensors' device (FLASHGATE_BACKEND may force one)
+  cpu,        // reference: fp64 accumulation, every feature
+  cuda,       // portable sm80+ kernels: the whole contract
+  hopper,     // sm90a kernels for the hot configurations
+};
+
+const char* backend_name(Backend);
+// "auto"/"automatic", "cpu", "cuda", "hopper"; throws Error naming `what` otherwise.
+Backend parse_backend(const std::string& name, const char* what = "backend");
+
+// How and where a call runs. With `workspace == nullptr && workspace_bytes == 0` a GPU op that needs
+// scratch allocates it stream-ordered itself (convenient, not graph-friendly); pass a buffer of at
+// least workspace_size(args) bytes to avoid that.
+struct Launch {
+  Backend backend = Backend::automatic;
+  CUstream_st* stream = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+// SPEC §3. Dense: q [B,T,HQ,K], k [B,T,H,K], v [B,T,H,V], o [B,T,HQ,V].
+// Packed: B == 1 and cu_seqlens [N+1] (int32/int64).
+struct ForwardArgs {
+  Tensor q, k, v;
+  Tensor o;           // output [B,T,HQ,V], dtype of q
+  Tensor lse;         // optional output [B,T,HQ] fp32, natural log
+  Tensor g;           // optional [B,T,HQ] log forget gate (fp32; fp16/bf16 upcast)
+  Tensor sink;        // optional [HQ] fp32 sink logits
+  Tensor cu_seqlens;  // optional [N+1]
+  std::optional<float> scale;     // default 1/sqrt(K)
+  std::optional<int64_t> window;  // keys with i - j < window are visible; none = unlimited
+  bool validate = true;           // read GPU index tensors on the host to check them (synchronises)
+};
+
+// SPEC §4. Inputs as the forward plus o, lse and dout; outputs dq/dk/dv in the input dtype,
+// dg [B,T,HQ] fp32 (required iff g), dsink [HQ] fp32 (required iff sink).
+struct BackwardArgs {
+  Tensor q, k, v, o, lse, dout;
+  Tensor g, sink, cu_seqlens;
+  Tensor dq, dk, dv, dg, dsink;
+  std::optional<float> scale;
+  std::optional<int64_t> window;
+  bool deterministic = false;  // bitwise-identical gradients run to run
+  bool validate = true;
+};
+
+// SPEC §5. q [N,HQ,K]; k [T,H,K], v [T,H,V] packed by cu_seqlens [N+1]; o [N,HQ,V].
+struct DecodeArgs {
+  Tensor q, k, v, cu_seqlens;
+  Tensor o;
+  Tensor g;     // optional [T,HQ]
+  Tensor sink;  // optional [HQ]
+  std::optional<float> scale;
+  std::optional<int64_t> window;
+  bool gate_scale = false;  // multiply the gate term by `scale` too (PaTH-FoX convention)
+  bool validate = true;
+};
+
+// SPEC §6. q [total_q,HQ,K] packed by cu_seqlens_q [N+1]; k_cache [num_blocks,block_size,H,K],
+// v_cache [num_blocks,block_size,H,V]; block_table [N,max_blocks] int32; seq_lens_k [N] int32;
+// o [total_q,HQ,V]. fp8 e4m3 caches take fp32 scales: per tensor (one element) or per token
+// [num_blocks,H,block_size]; an absent scale of an fp8 cache means 1.
+struct PagedArgs {
+  Tensor q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q;
+  Tensor o;
+  Tensor sink;
+  Tensor k_scale, v_scale;
+  std::optional<float> scale;
+  std::optional<int64_t> window;
+  bool validate = true;
+};
+
+void attention_forward(const ForwardArgs&, const Launch& = {});
+void attention_backward(const BackwardArgs&, const Launch& = {});
+void decode(const DecodeArgs&, const Launch& = {});
+void paged_attention(const PagedArgs&, const Launch& = {});
+
+// Scratch bytes the call needs on the backend that `backend` resolves to for these arguments
+// (checks the arguments like the op itself).
+size_t workspace_size(const ForwardArgs&, Backend = Backend::automatic);
+size_t workspace_size(const BackwardArgs&, Backend = Backend::automatic);
+size_t workspace_size(const DecodeArgs&, Backend = Backend::automatic);
+size_t workspace_size(const PagedArgs&, Backend = Backend::automatic);
+
+// Whether a CUDA device is usable from this process (false in a build without CUDA).
+bool cuda_available();
+
+const char* version();
+
+}  // namespace flashgate

@@ -1,0 +1,400 @@
+// Every argument rule of SPEC §8, in one place. Errors read
+//   "flashgate: <op>: <argument>: <rule>, got <what>"
+// and are thrown before anything is written.
+#include "api/check.h"
+
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "api/device_runtime.h"
+#include "flashgate/error.h"
+
+namespace flashgate::detail {
+namespace {
+
+std::string shape_str(const Tensor& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.rank; ++i) s += (i ? "," : "") + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+std::string dims_str(std::initializer_list<int64_t> dims) {
+  std::string s = "[";
+  int i = 0;
+  for (int64_t d : dims) s += (i++ ? "," : "") + std::to_string(d);
+  return s + "]";
+}
+
+// Small vocabulary of checks bound to one op's name and its reference tensor (the query).
+class Checker {
+ public:
+  Checker(const char* op, const Tensor& q) : op_(op), q_(q) {}
+
+  [[noreturn]] void fail(ErrorKind kind, const std::string& arg, const std::string& rule) const {
+    throw Error(kind, arg, std::string("flashgate: ") + op_ + ": " + arg + ": " + rule);
+  }
+
+  void require(bool ok, const char* arg, const std::string& rule) const {
+    if (!ok) fail(ErrorKind::invalid_argument, arg, rule);
+  }
+
+  // Presence, rank, exact shape, device and layout of one tensor (`layout` = dims named for messages).
+  void tensor(const Tensor& t, const char* arg, const char* layout, std::initializer_list<int64_t> dims) const {
+    if (!t.defined()) fail(ErrorKind::invalid_argument, arg, std::string("is required ") + layout);
+    if (t.rank != static_cast<int>(dims.size()))
+      fail(ErrorKind::invalid_argument, arg,
+           "expected " + std::to_string(dims.size()) + " axes " + layout + ", got shape " + shape_str(t));
+    int i = 0;
+    for (int64_t d : dims) {
+      if (d >= 0 && t.shape[i] != d)
+        fail(ErrorKind::invalid_argument, arg,
+             std::string("expected shape ") + layout + " = " + dims_str(dims) + ", got " + shape_str(t));
+      if (t.shape[i] < 0) fail(ErrorKind::invalid_argument, arg, "negative size in shape " + shape_str(t));
+      ++i;
+    }
+    placement(t, arg);
+  }
+
+  // Device, alignment and the contiguous last axis (the head axis of every attention tensor).
+  void placement(const Tensor& t, const char* arg) const {
+    if (t.device != q_.device || t.device_index != q_.device_index)
+      fail(ErrorKind::wrong_type, arg,
+           std::string("must be on the same device as q (") + device_name(q_.device) + ":" +
+               std::to_string(q_.device_index) + "), got " + device_name(t.device) + ":" +
+               std::to_string(t.device_index));
+    if (t.numel() > 0 && t.data == nullptr) fail(ErrorKind::invalid_argument, arg, "has a null data pointer");
+    if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)
+      fail(ErrorKind::invalid_argument, arg,
+           std::string("data pointer is not aligned to its element size (") + dtype_name(t.dtype) + ")");
+    if (t.rank > 0 && t.shape[t.rank - 1] > 1 && t.stride[t.rank - 1] != 1)
+      fail(ErrorKind::invalid_argument, arg,
+           "the last (head) axis must be contiguous (stride 1), got stride " + std::to_string(t.stride[t.rank - 1]));
+    for (int a = 0; a < t.rank; ++a)
+      if (t.stride[a] < 0) fail(ErrorKind::invalid_argument, arg, "negative strides are not supported");
+  }
+
+  // An output must not have two elements at one address (a zero stride on an axis longer than one).
+  void output(const Tensor& t, const char* arg) const {
+    for (int a = 0; a < t.rank; ++a)
+      if (t.shape[a] > 1 && t.stride[a] == 0)
+        fail(ErrorKind::invalid_argument, arg, "an output cannot have a zero stride (overlapping elements)");
+  }
+
+  void dtype(const Tensor& t, const char* arg, std::initializer_list<DType> allowed) const {
+    for (DType d : allowed)
+      if (t.dtype == d) return;
+    std::string names;
+    for (DType d : allowed) names += std::string(names.empty() ? "" : ", ") + dtype_name(d);
+    fail(ErrorKind::wrong_type, arg, "dtype must be one of {" + names + "}, got " + dtype_name(t.dtype));
+  }
+
+  void same_dtype(const Tensor& t, const char* arg, DType want, const char* as) const {
+    if (t.dtype != want)
+      fail(ErrorKind::wrong_type, arg,
+           std::string("dtype must match ") + as + " (" + dtype_name(want) + "), got " + dtype_name(t.dtype));
+  }
+
+  void head_dim(int64_t d, const char* arg, const char* name, int64_t limit) const {
+    if (d < 1 || d > limit)
+      fail(ErrorKind::invalid_argument, arg,
+           std::string("head dim ") + name + " must be in 1.." + std::to_string(limit) + ", got " + std::to_string(d));
+  }
+
+  void heads(int64_t hq, int64_t h) const {
+    require(hq >= 1, "q", "needs at least one head, got HQ=" + std::to_string(hq));
+    require(h >= 1, "k", "needs at least one head, got H=" + std::to_string(h));
+    require(hq % h == 0, "k",
+            "query heads must be a multiple of key/value heads (HQ % H == 0), got HQ=" + std::to_string(hq) +
+                " H=" + std::to_string(h));
+  }
+
+  float scale(const std::optional<float>& s, int64_t K) const {
+    if (!s) return static_cast<float>(1.0 / std::sqrt(static_cast<double>(K)));
+    require(std::isfinite(*s), "scale", "must be finite, got " + std::to_string(*s));
+    return *s;
+  }
+
+  int64_t window(const std::optional<int64_t>& w) const {
+    if (!w) return kNoWindow;
+    require(*w >= 0, "window", "must be >= 0 (or absent), got " + std::to_string(*w));
+    return *w;
+  }
+
+  // fp32 companion tensors (lse, g, sink, dg, dsink, scales) are float64 in the fp64 reference mode.
+  DType float_kind() const { return q_.dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+  // Values of an index tensor when they can be read: on the host always, on the GPU when asked.
+  bool readable(const Tensor& t, bool validate) const { return t.device == Device::cpu || validate; }
+
+  // cu_seqlens: starts at 0, never decreases, ends at `total`.
+  void offsets(const Tensor& t, const char* arg, int64_t total, bool validate) const {
+    if (!readable(t, validate)) return;
+    const std::vector<int64_t> c = read_index_values(t, arg);
+    require(c[0] == 0, arg, "must start at 0, got " + std::to_string(c[0]));
+    for (size_t i = 1; i < c.size(); ++i)
+      require(c[i] >= c[i - 1], arg,
+              "must not decrease, got " + std::to_string(c[i - 1]) + " then " + std::to_string(c[i]) +
+                  " at index " + std::to_string(i));
+    require(c.back() == total, arg,
+            "must end at the total length " + std::to_string(total) + ", got " + std::to_string(c.back()));
+  }
+
+  const char* op() const { return op_; }
+  const Tensor& q() const { return q_; }
+
+ private:
+  const char* op_;
+  const Tensor& q_;
+};
+
+const std::initializer_list<DType> kInputTypes = {DType::f16, DType::bf16, DType::f32, DType::f64};
+const std::initializer_list<DType> kIndexTypes = {DType::i32, DType::i64};
+
+void check_input_dtype(const Checker& c, const Tensor& q) {
+  c.dtype(q, "q", kInputTypes);
+  if (q.dtype == DType::f64 && q.device != Device::cpu)
+    c.fail(ErrorKind::wrong_type, "q", "float64 is accepted on the cpu (reference) backend only");
+}
+
+// The part shared by forward and backward: q/k/v, optional g/sink/cu_seqlens, scale and window.
+AttentionProblem check_attention_inputs(const Checker& c, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& g, const Tensor& sink, const Tensor& cu_seqlens,
+                                        const std::optional<float>& scale, const std::optional<int64_t>& window,
+                                        bool validate) {
+  if (!q.defined()) c.fail(ErrorKind::invalid_argument, "q", "is required [B,T,HQ,K]");
+  c.tensor(q, "q", "[B,T,HQ,K]", {-1, -1, -1, -1});
+  AttentionProblem p;
+  p.B = q.shape[0];
+  p.T = q.shape[1];
+  p.HQ = q.shape[2];
+  p.K = q.shape[3];
+  check_input_dtype(c, q);
+  c.tensor(k, "k", "[B,T,H,K]", {p.B, p.T, -1, p.K});
+  p.H = k.shape[2];
+  c.tensor(v, "v", "[B,T,H,V]", {p.B, p.T, p.H, -1});
+  p.V = v.shape[3];
+  c.same_dtype(k, "k", q.dtype, "q");
+  c.same_dtype(v, "v", q.dtype, "q");
+  c.heads(p.HQ, p.H);
+  c.head_dim(p.K, "q", "K", kMaxHeadDim);
+  c.head_dim(p.V, "v", "V", kMaxHeadDim);
+
+  if (g.defined()) {
+    c.tensor(g, "g", "[B,T,HQ]", {p.B, p.T, p.HQ});
+    if (q.dtype == DType::f64) c.dtype(g, "g", {DType::f64});
+    else c.dtype(g, "g", {DType::f32, DType::f16, DType::bf16});
+    p.has_gate = true;
+  }
+  if (sink.defined()) {
+    c.tensor(sink, "sink", "[HQ]", {p.HQ});
+    c.same_dtype(sink, "sink", c.float_kind(), "the fp32 companions of q");
+    p.has_sink = true;
+  }
+  p.num_seqs = p.B;
+  if (cu_seqlens.defined()) {
+    c.tensor(cu_seqlens, "cu_seqlens", "[N+1]", {-1});
+    c.dtype(cu_seqlens, "cu_seqlens", kIndexTypes);
+    c.require(cu_seqlens.shape[0] >= 1, "cu_seqlens", "needs at least one element ([N+1])");
+    c.require(p.B == 1, "cu_seqlens", "packed sequences need batch size B == 1, got B=" + std::to_string(p.B));
+    c.offsets(cu_seqlens, "cu_seqlens", p.T, validate);
+    p.packed = true;
+    p.num_seqs = cu_seqlens.shape[0] - 1;
+  }
+  p.scale = c.scale(scale, p.K);
+  p.window = c.window(window);
+  return p;
+}
+
+}  // namespace
+
+AttentionProblem check_forward(const ForwardArgs& a) {
+  const Checker c("attention_forward", a.q);
+  AttentionProblem p =
+      check_attention_inputs(c, a.q, a.k, a.v, a.g, a.sink, a.cu_seqlens, a.scale, a.window, a.validate);
+  c.tensor(a.o, "o", "[B,T,HQ,V]", {p.B, p.T, p.HQ, p.V});
+  c.same_dtype(a.o, "o", a.q.dtype, "q");
+  c.output(a.o, "o");
+  if (a.lse.defined()) {
+    c.tensor(a.lse, "lse", "[B,T,HQ]", {p.B, p.T, p.HQ});
+    c.same_dtype(a.lse, "lse", c.float_kind(), "the fp32 companions of q");
+    c.output(a.lse, "lse");
+    p.has_lse = true;
+  }
+  return p;
+}
+
+AttentionProblem check_backward(const BackwardArgs& a) {
+  const Checker c("attention_backward", a.q);
+  AttentionProblem p =
+      check_attention_inputs(c, a.q, a.k, a.v, a.g, a.sink, a.cu_seqlens, a.scale, a.window, a.validate);
+  c.tensor(a.o, "o", "[B,T,HQ,V]", {p.B, p.T, p.HQ, p.V});
+  c.same_dtype(a.o, "o", a.q.dtype, "q");
+  c.tensor(a.lse, "lse", "[B,T,HQ]", {p.B, p.T, p.HQ});
+  c.same_dtype(a.lse, "lse", c.float_kind(), "the fp32 companions of q");
+  c.tensor(a.dout, "dout", "[B,T,HQ,V]", {p.B, p.T, p.HQ, p.V});
+  c.same_dtype(a.dout, "dout", a.q.dtype, "q");
+  p.has_lse = true;
+
+  c.tensor(a.dq, "dq", "[B,T,HQ,K]", {p.B, p.T, p.HQ, p.K});
+  c.tensor(a.dk, "dk", "[B,T,H,K]", {p.B, p.T, p.H, p.K});
+  c.tensor(a.dv, "dv", "[B,T,H,V]", {p.B, p.T, p.H, p.V});
+  c.same_dtype(a.dq, "dq", a.q.dtype, "q");
+  c.same_dtype(a.dk, "dk", a.q.dtype, "q");
+  c.same_dtype(a.dv, "dv", a.q.dtype, "q");
+  c.output(a.dq, "dq");
+  c.output(a.dk, "dk");
+  c.output(a.dv, "dv");
+  if (p.has_gate) {
+    c.tensor(a.dg, "dg", "[B,T,HQ]", {p.B, p.T, p.HQ});
+    c.same_dtype(a.dg, "dg", c.float_kind(), "the fp32 companions of q");
+    c.output(a.dg, "dg");
+  } else {
+    c.require(!a.dg.defined(), "dg", "is given but g is not");
+  }
+  if (p.has_sink) {
+    c.tensor(a.dsink, "dsink", "[HQ]", {p.HQ});
+    c.same_dtype(a.dsink, "dsink", c.float_kind(), "the fp32 companions of q");
+    c.output(a.dsink, "dsink");
+  } else {
+    c.require(!a.dsink.defined(), "dsink", "is given but sink is not");
+  }
+  return p;
+}
+
+DecodeProblem check_decode(const DecodeArgs& a) {
+  const Checker c("decode", a.q);
+  if (!a.q.defined()) c.fail(ErrorKind::invalid_argument, "q", "is required [N,HQ,K]");
+  c.tensor(a.q, "q", "[N,HQ,K]", {-1, -1, -1});
+  check_input_dtype(c, a.q);
+  DecodeProblem p;
+  p.N = a.q.shape[0];
+  p.HQ = a.q.shape[1];
+  p.K = a.q.shape[2];
+  c.tensor(a.k, "k", "[T,H,K]", {-1, -1, p.K});
+  p.T = a.k.shape[0];
+  p.H = a.k.shape[1];
+  c.tensor(a.v, "v", "[T,H,V]", {p.T, p.H, -1});
+  p.V = a.v.shape[2];
+  c.same_dtype(a.k, "k", a.q.dtype, "q");
+  c.same_dtype(a.v, "v", a.q.dtype, "q");
+  c.heads(p.HQ, p.H);
+  c.head_dim(p.K, "q", "K", kMaxHeadDim);
+  c.head_dim(p.V, "v", "V", kMaxHeadDim);
+  c.tensor(a.cu_seqlens, "cu_seqlens", "[N+1]", {p.N + 1});
+  c.dtype(a.cu_seqlens, "cu_seqlens", kIndexTypes);
+  c.offsets(a.cu_seqlens, "cu_seqlens", p.T, a.validate);
+  c.tensor(a.o, "o", "[N,HQ,V]", {p.N, p.HQ, p.V});
+  c.same_dtype(a.o, "o", a.q.dtype, "q");
+  c.output(a.o, "o");
+  if (a.g.defined()) {
+    c.tensor(a.g, "g", "[T,HQ]", {p.T, p.HQ});
+    if (a.q.dtype == DType::f64) c.dtype(a.g, "g", {DType::f64});
+    else c.dtype(a.g, "g", {DType::f32, DType::f16, DType::bf16});
+    p.has_gate = true;
+  }
+  if (a.sink.defined()) {
+    c.tensor(a.sink, "sink", "[HQ]", {p.HQ});
+    c.same_dtype(a.sink, "sink", c.float_kind(), "the fp32 companions of q");
+    p.has_sink = true;
+  }
+  p.gate_scale = a.gate_scale;
+  p.scale = c.scale(a.scale, p.K);
+  p.window = c.window(a.window);
+  return p;
+}
+
+namespace {
+
+ScaleMode check_kv_scale(const Checker& c, const Tensor& s, const char* arg, const PagedProblem& p) {
+  if (!s.defined()) return ScaleMode::none;
+  c.require(p.fp8, arg, "is given but the caches are not float8_e4m3fn (a scale cannot be honoured there)");
+  c.same_dtype(s, arg, c.float_kind(), "the fp32 companions of q");
+  if (s.numel() == 1 && s.rank <= 1) {
+    c.placement(s, arg);
+    return ScaleMode::per_tensor;
+  }
+  c.tensor(s, arg, "per tensor [1] or per token [num_blocks,H,block_size]", {p.num_blocks, p.H, p.block_size});
+  return ScaleMode::per_token;
+}
+
+}  // namespace
+
+PagedProblem check_paged(const PagedArgs& a) {
+  const Checker c("paged_attention", a.q);
+  if (!a.q.defined()) c.fail(ErrorKind::invalid_argument, "q", "is required [total_q,HQ,K]");
+  c.tensor(a.q, "q", "[total_q,HQ,K]", {-1, -1, -1});
+  check_input_dtype(c, a.q);
+  PagedProblem p;
+  p.total_q = a.q.shape[0];
+  p.HQ = a.q.shape[1];
+  p.K = a.q.shape[2];
+  c.tensor(a.k_cache, "k_cache", "[num_blocks,block_size,H,K]", {-1, -1, -1, p.K});
+  p.num_blocks = a.k_cache.shape[0];
+  p.block_size = a.k_cache.shape[1];
+  p.H = a.k_cache.shape[2];
+  c.tensor(a.v_cache, "v_cache", "[num_blocks,block_size,H,V]", {p.num_blocks, p.block_size, p.H, -1});
+  p.V = a.v_cache.shape[3];
+  c.heads(p.HQ, p.H);
+  c.head_dim(p.K, "q", "K", kMaxPagedKeyDim);
+  c.head_dim(p.V, "v_cache", "V", kMaxHeadDim);
+  c.require(p.block_size >= 16 && p.block_size <= 256 && p.block_size % 16 == 0, "k_cache",
+            "block_size (axis 1) must be a multiple of 16 in 16..256, got " + std::to_string(p.block_size));
+  p.fp8 = a.k_cache.dtype == DType::e4m3;
+  if (p.fp8) c.same_dtype(a.v_cache, "v_cache", DType::e4m3, "k_cache");
+  else {
+    c.same_dtype(a.k_cache, "k_cache", a.q.dtype, "q (or both caches float8_e4m3fn)");
+    c.same_dtype(a.v_cache, "v_cache", a.q.dtype, "q");
+  }
+  c.tensor(a.block_table, "block_table", "[N,max_blocks]", {-1, -1});
+  c.dtype(a.block_table, "block_table", {DType::i32});
+  p.N = a.block_table.shape[0];
+  p.max_blocks = a.block_table.shape[1];
+  c.tensor(a.seq_lens_k, "seq_lens_k", "[N]", {p.N});
+  c.dtype(a.seq_lens_k, "seq_lens_k", {DType::i32});
+  c.tensor(a.cu_seqlens_q, "cu_seqlens_q", "[N+1]", {p.N + 1});
+  c.dtype(a.cu_seqlens_q, "cu_seqlens_q", kIndexTypes);
+  c.tensor(a.o, "o", "[total_q,HQ,V]", {p.total_q, p.HQ, p.V});
+  c.same_dtype(a.o, "o", a.q.dtype, "q");
+  c.output(a.o, "o");
+  if (a.sink.defined()) {
+    c.tensor(a.sink, "sink", "[HQ]", {p.HQ});
+    c.same_dtype(a.sink, "sink", c.float_kind(), "the fp32 companions of q");
+    p.has_sink = true;
+  }
+  p.k_scale = check_kv_scale(c, a.k_scale, "k_scale", p);
+  p.v_scale = check_kv_scale(c, a.v_scale, "v_scale", p);
+  p.scale = c.scale(a.scale, p.K);
+  p.window = c.window(a.window);
+
+  // Index values: query offsets, context lengths against the table, table entries that will be read.
+  c.offsets(a.cu_seqlens_q, "cu_seqlens_q", p.total_q, a.validate);
+  if (c.readable(a.seq_lens_k, a.validate)) {
+    const std::vector<int64_t> cu = read_index_values(a.cu_seqlens_q, "cu_seqlens_q");
+    const std::vector<int64_t> lens = read_index_values(a.seq_lens_k, "seq_lens_k");
+    const std::vector<int64_t> table = read_index_values(a.block_table, "block_table");
+    const int64_t capacity = p.max_blocks * p.block_size;
+    for (int64_t n = 0; n < p.N; ++n) {
+      const int64_t len = lens[n], lq = cu[n + 1] - cu[n];
+      const std::string at = " for sequence " + std::to_string(n);
+      c.require(len >= 0, "seq_lens_k", "must be >= 0, got " + std::to_string(len) + at);
+      c.require(len <= capacity, "seq_lens_k",
+                "is larger than the block table holds (" + std::to_string(capacity) + " tokens), got " +
+                    std::to_string(len) + at);
+      c.require(lq <= len, "cu_seqlens_q",
+                "gives more query tokens (" + std::to_string(lq) + ") than seq_lens_k (" + std::to_string(len) +
+                    ")" + at);
+      for (int64_t b = 0; b * p.block_size < len; ++b) {
+        const int64_t entry = table[n * p.max_blocks + b];
+        c.require(entry >= 0 && entry < p.num_blocks, "block_table",
+                  "entry " + std::to_string(entry) + " at [" + std::to_string(n) + "," + std::to_string(b) +
+                      "] is out of range [0," + std::to_string(p.num_blocks) + ")");
+      }
+    }
+  }
+  return p;
+}
+
+}  // namespace flashgate::detail
