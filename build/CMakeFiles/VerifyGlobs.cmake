@@ -26,6 +26,18 @@ if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
 endif()
 
+# FLASHGATE_HARNESS_SOURCES at CMakeLists.txt:61 (file)
+file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/src/harness/*.cpp")
+set(OLD_GLOB
+  "/work/main/src/harness/cases.cpp"
+  "/work/main/src/harness/metrics.cpp"
+  "/work/main/src/harness/owned_tensor.cpp"
+  )
+if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
+  message("-- GLOB mismatch!")
+  file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
+endif()
+
 # FLASHGATE_CPU_TESTS at tests/CMakeLists.txt:5 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/tests/cpu/*.cpp")
 set(OLD_GLOB
@@ -54,7 +66,7 @@ if(NOT "${NEW_GLOB}" STREQUAL "${OLD_GLOB}")
   file(TOUCH_NOCREATE "/work/main/build/CMakeFiles/cmake.verify_globs")
 endif()
 
-# FLASHGATE_TOOL_SOURCES at CMakeLists.txt:62 (file)
+# FLASHGATE_TOOL_SOURCES at CMakeLists.txt:69 (file)
 file(GLOB NEW_GLOB LIST_DIRECTORIES true "/work/main/tools/*.cpp")
 set(OLD_GLOB
   "/work/main/tools/main.cpp"

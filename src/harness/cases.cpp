@@ -1,0 +1,380 @@
+#include "harness/cases.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+#include "common/host_dtype.h"
+#include "flashgate/error.h"
+
+namespace flashgate::harness {
+namespace {
+
+OwnedTensor moved(const OwnedTensor& t, Device d) { return t.defined() ? t.to(d) : OwnedTensor(); }
+void poison_if(OwnedTensor& t) {
+  if (t.defined()) t.poison();
+}
+
+std::string join(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s;
+}
+
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& lens) {
+  std::vector<int64_t> cu(lens.size() + 1, 0);
+  std::partial_sum(lens.begin(), lens.end(), cu.begin() + 1);
+  return cu;
+}
+
+// Visible pairs of one causal sequence of length L under window W (none: W < 0).
+double seq_pairs(int64_t L, std::optional<int64_t> window) {
+  double pairs = 0;
+  for (int64_t i = 0; i < L; ++i) pairs += window ? static_cast<double>(std::min<int64_t>(i + 1, *window)) : i + 1.0;
+  return pairs;
+}
+
+}  // namespace
+
+std::vector<int64_t> parse_lengths(const std::string& text, const char* what) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(item, &used);
+      if (used != item.size() || v < 0) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw Error(ErrorKind::invalid_argument, what,
+                  std::string("flashgate: ") + what + ": expected comma-separated lengths >= 0, got '" + text + "'");
+    }
+  }
+  if (out.empty())
+    throw Error(ErrorKind::invalid_argument, what, std::string("flashgate: ") + what + ": no lengths given");
+  return out;
+}
+
+// ---- attention --------------------------------------------------------------------------------------------
+
+int64_t AttentionConfig::T() const {
+  return packed.empty() ? seqlen : std::accumulate(packed.begin(), packed.end(), int64_t{0});
+}
+
+double AttentionConfig::pairs() const {
+  if (!packed.empty()) {
+    double p = 0;
+    for (int64_t L : packed) p += seq_pairs(L, window);
+    return p;
+  }
+  return batch * seq_pairs(seqlen, window);
+}
+
+std::string AttentionConfig::describe() const {
+  std::ostringstream s;
+  if (packed.empty()) s << "B" << batch << " T" << seqlen;
+  else s << "packed[" << join(packed) << "]";
+  s << " HQ" << heads << " H" << kv_heads << " K" << head_dim << " V" << v_dim << " " << dtype_name(dtype);
+  if (gate) s << " gate";
+  if (sink) s << " sink";
+  if (window) s << " window" << *window;
+  if (scale) s << " scale" << *scale;
+  if (row_pad) s << " strided";
+  if (deterministic) s << " deterministic";
+  return s.str();
+}
+
+AttentionCase AttentionCase::random(const AttentionConfig& cfg, Rng& rng) {
+  AttentionCase c;
+  c.cfg = cfg;
+  const int64_t B = cfg.B(), T = cfg.T(), HQ = cfg.heads, H = cfg.kv_heads, K = cfg.head_dim, V = cfg.v_dim;
+  const int64_t pad = cfg.row_pad;
+  c.q = OwnedTensor(cfg.dtype, {B, T, HQ, K}, Device::cpu, pad);
+  c.k = OwnedTensor(cfg.dtype, {B, T, H, K}, Device::cpu, pad);
+  c.v = OwnedTensor(cfg.dtype, {B, T, H, V}, Device::cpu, pad);
+  c.dout = OwnedTensor(cfg.dtype, {B, T, HQ, V}, Device::cpu, pad);
+  for (OwnedTensor* t : {&c.q, &c.k, &c.v, &c.dout}) t->fill_normal(rng);
+  const DType fdt = cfg.dtype == DType::f64 ? DType::f64 : DType::f32;
+  if (cfg.gate) {
+    c.g = OwnedTensor(fdt, {B, T, HQ});
+    c.g.fill_log_sigmoid_normal(rng);
+    c.dg = OwnedTensor(fdt, {B, T, HQ});
+  }
+  if (cfg.sink) {
+    c.sink = OwnedTensor(fdt, {HQ});
+    c.sink.fill_normal(rng);
+    c.dsink = OwnedTensor(fdt, {HQ});
+  }
+  if (!cfg.packed.empty()) {
+    c.cu_seqlens = OwnedTensor(DType::i32, {static_cast<int64_t>(cfg.packed.size()) + 1});
+    c.cu_seqlens.fill_index(offsets_of(cfg.packed));
+  }
+  c.o = OwnedTensor(cfg.dtype, {B, T, HQ, V}, Device::cpu, pad);
+  c.lse = OwnedTensor(fdt, {B, T, HQ});
+  c.dq = OwnedTensor(cfg.dtype, {B, T, HQ, K}, Device::cpu, pad);
+  c.dk = OwnedTensor(cfg.dtype, {B, T, H, K}, Device::cpu, pad);
+  c.dv = OwnedTensor(cfg.dtype, {B, T, H, V}, Device::cpu, pad);
+  c.poison_outputs();
+  return c;
+}
+
+AttentionCase AttentionCase::to(Device d) const {
+  AttentionCase c;
+  c.cfg = cfg;
+  c.q = moved(q, d), c.k = moved(k, d), c.v = moved(v, d), c.g = moved(g, d), c.sink = moved(sink, d);
+  c.cu_seqlens = moved(cu_seqlens, d), c.o = moved(o, d), c.lse = moved(lse, d), c.dout = moved(dout, d);
+  c.dq = moved(dq, d), c.dk = moved(dk, d), c.dv = moved(dv, d), c.dg = moved(dg, d), c.dsink = moved(dsink, d);
+  return c;
+}
+
+void AttentionCase::poison_outputs() {
+  for (OwnedTensor* t : {&o, &lse, &dq, &dk, &dv, &dg, &dsink}) poison_if(*t);
+}
+
+ForwardArgs AttentionCase::forward_args() const {
+  ForwardArgs a;
+  a.q = q.view(), a.k = k.view(), a.v = v.view(), a.o = o.view(), a.lse = lse.view();
+  a.g = g.view(), a.sink = sink.view(), a.cu_seqlens = cu_seqlens.view();
+  a.scale = cfg.scale;
+  a.window = cfg.window;
+  return a;
+}
+
+BackwardArgs AttentionCase::backward_args() const {
+  BackwardArgs a;
+  a.q = q.view(), a.k = k.view(), a.v = v.view(), a.o = o.view(), a.lse = lse.view(), a.dout = dout.view();
+  a.g = g.view(), a.sink = sink.view(), a.cu_seqlens = cu_seqlens.view();
+  a.dq = dq.view(), a.dk = dk.view(), a.dv = dv.view(), a.dg = dg.view(), a.dsink = dsink.view();
+  a.scale = cfg.scale;
+  a.window = cfg.window;
+  a.deterministic = cfg.deterministic;
+  return a;
+}
+
+// ---- decode ---------------------------------------------------------------------------------------------
+
+int64_t DecodeConfig::total() const { return std::accumulate(seqlens.begin(), seqlens.end(), int64_t{0}); }
+
+std::string DecodeConfig::describe() const {
+  std::ostringstream s;
+  s << "decode lens[" << join(seqlens) << "] HQ" << heads << " H" << kv_heads << " K" << head_dim << " V" << v_dim
+    << " " << dtype_name(dtype);
+  if (gate) s << (gate_scale ? " gate*scale" : " gate");
+  if (sink) s << " sink";
+  if (window) s << " window" << *window;
+  if (row_pad) s << " strided";
+  return s.str();
+}
+
+DecodeCase DecodeCase::random(const DecodeConfig& cfg, Rng& rng) {
+  DecodeCase c;
+  c.cfg = cfg;
+  const int64_t N = static_cast<int64_t>(cfg.seqlens.size()), T = cfg.total();
+  c.q = OwnedTensor(cfg.dtype, {N, cfg.heads, cfg.head_dim}, Device::cpu, cfg.row_pad);
+  c.k = OwnedTensor(cfg.dtype, {T, cfg.kv_heads, cfg.head_dim}, Device::cpu, cfg.row_pad);
+  c.v = OwnedTensor(cfg.dtype, {T, cfg.kv_heads, cfg.v_dim}, Device::cpu, cfg.row_pad);
+  for (OwnedTensor* t : {&c.q, &c.k, &c.v}) t->fill_normal(rng);
+  c.cu_seqlens = OwnedTensor(DType::i32, {N + 1});
+  c.cu_seqlens.fill_index(offsets_of(cfg.seqlens));
+  const DType fdt = cfg.dtype == DType::f64 ? DType::f64 : DType::f32;
+  if (cfg.gate) {
+    c.g = OwnedTensor(fdt, {T, cfg.heads});
+    c.g.fill_log_sigmoid_normal(rng);
+  }
+  if (cfg.sink) {
+    c.sink = OwnedTensor(fdt, {cfg.heads});
+    c.sink.fill_normal(rng);
+  }
+  c.o = OwnedTensor(cfg.dtype, {N, cfg.heads, cfg.v_dim}, Device::cpu, cfg.row_pad);
+  c.poison_outputs();
+  return c;
+}
+
+DecodeCase DecodeCase::to(Device d) const {
+  DecodeCase c;
+  c.cfg = cfg;
+  c.q = moved(q, d), c.k = moved(k, d), c.v = moved(v, d), c.cu_seqlens = moved(cu_seqlens, d);
+  c.g = moved(g, d), c.sink = moved(sink, d), c.o = moved(o, d);
+  return c;
+}
+
+void DecodeCase::poison_outputs() { poison_if(o); }
+
+DecodeArgs DecodeCase::args() const {
+  DecodeArgs a;
+  a.q = q.view(), a.k = k.view(), a.v = v.view(), a.cu_seqlens = cu_seqlens.view(), a.o = o.view();
+  a.g = g.view(), a.sink = sink.view();
+  a.scale = cfg.scale;
+  a.window = cfg.window;
+  a.gate_scale = cfg.gate_scale;
+  return a;
+}
+
+// ---- paged ----------------------------------------------------------------------------------------------
+
+int64_t PagedConfig::total_q() const { return std::accumulate(query_lens.begin(), query_lens.end(), int64_t{0}); }
+
+std::string PagedConfig::describe() const {
+  std::ostringstream s;
+  s << "paged ctx[" << join(context_lens) << "] q[" << join(query_lens) << "] HQ" << heads << " H" << kv_heads << " K"
+    << head_dim << " V" << v_dim << " block" << block_size << " " << dtype_name(dtype);
+  if (fp8)
+    s << " fp8-" << (scale_mode == detail::ScaleMode::per_token ? "per-token"
+                     : scale_mode == detail::ScaleMode::per_tensor ? "per-tensor" : "unscaled");
+  if (sink) s << " sink";
+  if (window) s << " window" << *window;
+  if (token_spread != 1.0) s << " spread" << token_spread;
+  return s.str();
+}
+
+PagedCase PagedCase::random(const PagedConfig& cfg, Rng& rng) {
+  if (cfg.context_lens.size() != cfg.query_lens.size())
+    throw Error(ErrorKind::invalid_argument, "query_lens", "harness: one query length per context length");
+  PagedCase c;
+  c.cfg = cfg;
+  const int64_t N = static_cast<int64_t>(cfg.context_lens.size()), BS = cfg.block_size, H = cfg.kv_heads;
+  std::vector<int64_t> blocks_of(N);
+  int64_t needed = 0, max_blocks = 1;
+  for (int64_t n = 0; n < N; ++n) {
+    blocks_of[n] = (cfg.context_lens[n] + BS - 1) / BS;
+    needed += blocks_of[n];
+    max_blocks = std::max(max_blocks, blocks_of[n]);
+  }
+  const int64_t NB = needed + cfg.spare_blocks;
+  std::vector<int64_t> ids(NB);
+  std::iota(ids.begin(), ids.end(), 0);
+  if (cfg.shuffle_blocks) std::shuffle(ids.begin(), ids.end(), rng);
+
+  // Table: used entries take the permutation in order, unused ones hold -1 (never to be read).
+  std::vector<int64_t> table(N * max_blocks, -1);
+  std::vector<int64_t> owner_len(NB, 0);  // tokens held by each physical block (0: unused)
+  int64_t next = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < blocks_of[n]; ++b) {
+      const int64_t id = ids[next++];
+      table[n * max_blocks + b] = id;
+      owner_len[id] = std::min(BS, cfg.context_lens[n] - b * BS);
+    }
+  c.block_table = OwnedTensor(DType::i32, {N, max_blocks});
+  c.block_table.fill_index(table);
+  c.seq_lens_k = OwnedTensor(DType::i32, {N});
+  c.seq_lens_k.fill_index(cfg.context_lens);
+  c.cu_seqlens_q = OwnedTensor(DType::i32, {N + 1});
+  c.cu_seqlens_q.fill_index(offsets_of(cfg.query_lens));
+
+  c.q = OwnedTensor(cfg.dtype, {cfg.total_q(), cfg.heads, cfg.head_dim});
+  c.q.fill_normal(rng);
+  const DType fdt = cfg.dtype == DType::f64 ? DType::f64 : DType::f32;
+  if (cfg.sink) {
+    c.sink = OwnedTensor(fdt, {cfg.heads});
+    c.sink.fill_normal(rng);
+  }
+  c.o = OwnedTensor(cfg.dtype, {cfg.total_q(), cfg.heads, cfg.v_dim});
+
+  // Real-valued K/V per slot with per-(token, head) magnitudes; quantised to fp8 when asked.
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const DType cache_dtype = cfg.fp8 ? DType::e4m3 : cfg.dtype;
+  const bool per_token = cfg.fp8 && cfg.scale_mode == detail::ScaleMode::per_token;
+  const bool per_tensor = cfg.fp8 && cfg.scale_mode == detail::ScaleMode::per_tensor;
+  if (per_token) {
+    c.k_scale = OwnedTensor(fdt, {NB, H, BS});
+    c.v_scale = OwnedTensor(fdt, {NB, H, BS});
+  } else if (per_tensor) {
+    c.k_scale = OwnedTensor(fdt, {1});
+    c.v_scale = OwnedTensor(fdt, {1});
+  }
+  auto build_cache = [&](OwnedTensor& cache, OwnedTensor& scales, int64_t D) {
+    cache = OwnedTensor(cache_dtype, {NB, BS, H, D});
+    std::vector<double> real(static_cast<size_t>(NB * BS * H * D), 0.0);
+    std::vector<double> tok_amax(static_cast<size_t>(NB * BS * H), 0.0);
+    double amax = 0;
+    for (int64_t i = 0; i < NB * BS * H; ++i) {
+      const double mag = std::exp(-std::log(cfg.token_spread) * unit(rng));
+      for (int64_t d = 0; d < D; ++d) {
+        const double x = normal(rng) * mag;
+        real[i * D + d] = x;
+        tok_amax[i] = std::max(tok_amax[i], std::fabs(x));
+      }
+      amax = std::max(amax, tok_amax[i]);
+    }
+    std::vector<double> scale_vals;
+    if (per_token) {  // scales are laid out [NB, H, BS]; cache slots [NB, BS, H]
+      scale_vals.assign(static_cast<size_t>(NB * H * BS), 1.0);
+      for (int64_t b = 0; b < NB; ++b)
+        for (int64_t s = 0; s < BS; ++s)
+          for (int64_t h = 0; h < H; ++h) {
+            const int64_t slot = (b * BS + s) * H + h;
+            const double sc = std::max(tok_amax[slot], 1e-12) / 448.0;
+            scale_vals[(b * H + h) * BS + s] = sc;
+            for (int64_t d = 0; d < D; ++d) real[slot * D + d] /= sc;
+          }
+    } else if (per_tensor) {
+      const double sc = amax / 448.0;
+      scale_vals = {sc};
+      for (double& x : real) x /= sc;
+    }
+    cache.set_values(real);
+    if (scales.defined()) scales.set_values(scale_vals);
+  };
+  build_cache(c.k_cache, c.k_scale, cfg.head_dim);
+  build_cache(c.v_cache, c.v_scale, cfg.v_dim);
+
+  // NaN bytes in every slot that no sequence uses, so a kernel that reads one shows it.
+  if (cfg.nan_unused) {
+    auto nan_slots = [&](OwnedTensor& cache, int64_t D) {
+      const size_t es = dtype_size(cache.view().dtype);
+      auto* bytes = static_cast<unsigned char*>(cache.view().data);
+      for (int64_t b = 0; b < NB; ++b)
+        for (int64_t s = owner_len[b]; s < BS; ++s)
+          std::fill(bytes + ((b * BS + s) * H) * D * es, bytes + ((b * BS + s + 1) * H) * D * es, 0xff);
+    };
+    nan_slots(c.k_cache, cfg.head_dim);
+    nan_slots(c.v_cache, cfg.v_dim);
+    if (per_token)
+      for (OwnedTensor* sc : {&c.k_scale, &c.v_scale}) {
+        auto* p = static_cast<unsigned char*>(sc->view().data);
+        const size_t es = dtype_size(sc->view().dtype);
+        for (int64_t b = 0; b < NB; ++b)
+          for (int64_t h = 0; h < H; ++h)
+            for (int64_t s = owner_len[b]; s < BS; ++s)
+              std::fill(p + ((b * H + h) * BS + s) * es, p + ((b * H + h) * BS + s + 1) * es, 0xff);
+      }
+  }
+  c.poison_outputs();
+  return c;
+}
+
+PagedCase PagedCase::to(Device d) const {
+  PagedCase c;
+  c.cfg = cfg;
+  c.q = moved(q, d), c.k_cache = moved(k_cache, d), c.v_cache = moved(v_cache, d);
+  c.block_table = moved(block_table, d), c.seq_lens_k = moved(seq_lens_k, d), c.cu_seqlens_q = moved(cu_seqlens_q, d);
+  c.sink = moved(sink, d), c.k_scale = moved(k_scale, d), c.v_scale = moved(v_scale, d), c.o = moved(o, d);
+  return c;
+}
+
+void PagedCase::poison_outputs() { poison_if(o); }
+
+PagedArgs PagedCase::args() const {
+  PagedArgs a;
+  a.q = q.view(), a.k_cache = k_cache.view(), a.v_cache = v_cache.view(), a.block_table = block_table.view();
+  a.seq_lens_k = seq_lens_k.view(), a.cu_seqlens_q = cu_seqlens_q.view(), a.o = o.view(), a.sink = sink.view();
+  a.k_scale = k_scale.view(), a.v_scale = v_scale.view();
+  a.scale = cfg.scale;
+  a.window = cfg.window;
+  return a;
+}
+
+double PagedCase::kv_bytes_read() const {
+  double tokens = 0;
+  for (int64_t L : cfg.context_lens) tokens += static_cast<double>(L);
+  const double es = static_cast<double>(dtype_size(k_cache.view().dtype));
+  double per_token = es * cfg.kv_heads * static_cast<double>(cfg.head_dim + cfg.v_dim);
+  if (cfg.fp8 && cfg.scale_mode == detail::ScaleMode::per_token) per_token += 2.0 * 4.0 * cfg.kv_heads;
+  return tokens * per_token;
+}
+
+}  // namespace flashgate::harness

@@ -1,0 +1,176 @@
+#include "harness/owned_tensor.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "api/device_runtime.h"
+#include "common/host_dtype.h"
+#include "flashgate/error.h"
+
+#ifdef FLASHGATE_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace flashgate::harness {
+
+uint64_t fresh_seed() {
+  if (const char* s = std::getenv("FLASHGATE_SEED")) return std::strtoull(s, nullptr, 10);
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+Buffer::Buffer(Device device, size_t bytes) : bytes_(bytes), device_(device) {
+  const size_t n = bytes ? bytes : 1;
+  if (device == Device::cpu) {
+    ptr_ = std::shared_ptr<void>(std::malloc(n), std::free);
+    if (!ptr_) throw std::bad_alloc();
+    return;
+  }
+#ifdef FLASHGATE_WITH_CUDA
+  void* p = nullptr;
+  detail::check_cuda(cudaMalloc(&p, n), "cudaMalloc");
+  ptr_ = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+#else
+  throw Error(ErrorKind::unsupported, "device", "flashgate: this build has no CUDA");
+#endif
+}
+
+namespace {
+
+// Bytes spanned by a view from its data pointer (the last element's end).
+size_t span_bytes(const Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t last = 0;
+  for (int a = 0; a < t.rank; ++a) last += (t.shape[a] - 1) * t.stride[a];
+  return static_cast<size_t>(last + 1) * dtype_size(t.dtype);
+}
+
+// Calls f(logical_index, element_offset) for every element.
+template <class F>
+void for_each_element(const Tensor& t, F&& f) {
+  const int64_t n = t.numel();
+  int64_t idx[kMaxRank] = {0, 0, 0, 0};
+  for (int64_t e = 0; e < n; ++e) {
+    int64_t off = 0;
+    for (int a = 0; a < t.rank; ++a) off += idx[a] * t.stride[a];
+    f(e, off);
+    for (int a = t.rank - 1; a >= 0; --a) {
+      if (++idx[a] < t.shape[a]) break;
+      idx[a] = 0;
+    }
+  }
+}
+
+void memcpy_any(void* dst, Device dd, const void* src, Device sd, size_t bytes) {
+  if (bytes == 0) return;
+  if (dd == Device::cpu && sd == Device::cpu) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#ifdef FLASHGATE_WITH_CUDA
+  detail::check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+#else
+  throw Error(ErrorKind::unsupported, "device", "flashgate: this build has no CUDA");
+#endif
+}
+
+}  // namespace
+
+OwnedTensor::OwnedTensor(DType dtype, std::vector<int64_t> shape, Device device, int64_t row_pad) {
+  view_.dtype = dtype;
+  view_.device = device;
+  view_.rank = static_cast<int>(shape.size());
+  int64_t stride = 1;
+  for (int a = view_.rank - 1; a >= 0; --a) {
+    view_.shape[a] = shape[a];
+    view_.stride[a] = stride;
+    stride *= shape[a] + (a == view_.rank - 1 ? row_pad : 0);
+  }
+  buffer_ = Buffer(device, static_cast<size_t>(stride) * dtype_size(dtype));
+  view_.data = buffer_.data();
+}
+
+void OwnedTensor::fill_normal(Rng& rng, double mean, double stddev) {
+  std::normal_distribution<double> d(mean, stddev);
+  std::vector<double> v(static_cast<size_t>(numel()));
+  for (double& x : v) x = d(rng);
+  set_values(v);
+}
+
+void OwnedTensor::fill_uniform(Rng& rng, double lo, double hi) {
+  std::uniform_real_distribution<double> d(lo, hi);
+  std::vector<double> v(static_cast<size_t>(numel()));
+  for (double& x : v) x = d(rng);
+  set_values(v);
+}
+
+void OwnedTensor::fill_log_sigmoid_normal(Rng& rng) {
+  std::normal_distribution<double> d(0.0, 1.0);
+  std::vector<double> v(static_cast<size_t>(numel()));
+  for (double& x : v) {
+    const double z = d(rng);
+    x = -std::log1p(std::exp(-z));  // log(sigmoid(z))
+  }
+  set_values(v);
+}
+
+void OwnedTensor::fill(double value) { set_values(std::vector<double>(static_cast<size_t>(numel()), value)); }
+
+void OwnedTensor::fill_index(const std::vector<int64_t>& values) {
+  std::vector<double> v(values.begin(), values.end());
+  set_values(v);
+}
+
+void OwnedTensor::poison() {
+  if (buffer_.bytes() == 0) return;
+  // 0xFF bytes are NaN in every float format here (fp8 e4m3 S.1111.111 too) and -1 in integers.
+  if (view_.device == Device::cpu) {
+    std::memset(buffer_.data(), 0xff, buffer_.bytes());
+    return;
+  }
+#ifdef FLASHGATE_WITH_CUDA
+  detail::check_cuda(cudaMemset(buffer_.data(), 0xff, buffer_.bytes()), "cudaMemset");
+#endif
+}
+
+OwnedTensor OwnedTensor::to(Device device) const {
+  OwnedTensor out = *this;
+  out.buffer_ = Buffer(device, buffer_.bytes());
+  out.view_.data = out.buffer_.data();
+  out.view_.device = device;
+  memcpy_any(out.buffer_.data(), device, buffer_.data(), view_.device, buffer_.bytes());
+  return out;
+}
+
+std::vector<double> OwnedTensor::values() const {
+  std::vector<unsigned char> bytes = raw_bytes();
+  std::vector<double> out(static_cast<size_t>(numel()));
+  for_each_element(view_, [&](int64_t e, int64_t off) { out[e] = host::load(bytes.data(), view_.dtype, off); });
+  return out;
+}
+
+void OwnedTensor::set_values(const std::vector<double>& values) {
+  if (view_.device != Device::cpu)
+    throw Error(ErrorKind::invalid_argument, "tensor", "harness: set_values needs a host tensor");
+  for_each_element(view_, [&](int64_t e, int64_t off) { host::store(view_.data, view_.dtype, off, values[e]); });
+}
+
+std::vector<unsigned char> OwnedTensor::raw_bytes() const {
+  std::vector<unsigned char> bytes(buffer_.bytes());
+  memcpy_any(bytes.data(), Device::cpu, buffer_.data(), view_.device, bytes.size());
+  return bytes;
+}
+
+void copy(const OwnedTensor& src, OwnedTensor& dst) {
+  memcpy_any(dst.view().data, dst.view().device, src.view().data, src.view().device, span_bytes(src.view()));
+}
+
+void device_synchronize() {
+#ifdef FLASHGATE_WITH_CUDA
+  detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+#endif
+}
+
+}  // namespace flashgate::harness
