@@ -37,6 +37,16 @@ double seq_pairs(int64_t L, std::optional<int64_t> window) {
 
 }  // namespace
 
+OwnedTensor as_f64(const OwnedTensor& t) {
+  if (!t.defined()) return OwnedTensor();
+  const Tensor& v = t.view();
+  const bool floating = v.dtype == DType::f16 || v.dtype == DType::bf16 || v.dtype == DType::f32;
+  if (!floating) return t.to(Device::cpu);
+  OwnedTensor out(DType::f64, std::vector<int64_t>(v.shape, v.shape + v.rank));
+  out.set_values(t.values());
+  return out;
+}
+
 std::vector<int64_t> parse_lengths(const std::string& text, const char* what) {
   std::vector<int64_t> out;
   std::stringstream ss(text);
@@ -129,6 +139,17 @@ AttentionCase AttentionCase::to(Device d) const {
   return c;
 }
 
+AttentionCase AttentionCase::to_f64() const {
+  AttentionCase c;
+  c.cfg = cfg;
+  c.cfg.dtype = DType::f64;
+  c.cfg.row_pad = 0;
+  c.q = as_f64(q), c.k = as_f64(k), c.v = as_f64(v), c.g = as_f64(g), c.sink = as_f64(sink);
+  c.cu_seqlens = as_f64(cu_seqlens), c.o = as_f64(o), c.lse = as_f64(lse), c.dout = as_f64(dout);
+  c.dq = as_f64(dq), c.dk = as_f64(dk), c.dv = as_f64(dv), c.dg = as_f64(dg), c.dsink = as_f64(dsink);
+  return c;
+}
+
 void AttentionCase::poison_outputs() {
   for (OwnedTensor* t : {&o, &lse, &dq, &dk, &dv, &dg, &dsink}) poison_if(*t);
 }
@@ -197,6 +218,16 @@ DecodeCase DecodeCase::to(Device d) const {
   c.cfg = cfg;
   c.q = moved(q, d), c.k = moved(k, d), c.v = moved(v, d), c.cu_seqlens = moved(cu_seqlens, d);
   c.g = moved(g, d), c.sink = moved(sink, d), c.o = moved(o, d);
+  return c;
+}
+
+DecodeCase DecodeCase::to_f64() const {
+  DecodeCase c;
+  c.cfg = cfg;
+  c.cfg.dtype = DType::f64;
+  c.cfg.row_pad = 0;
+  c.q = as_f64(q), c.k = as_f64(k), c.v = as_f64(v), c.cu_seqlens = as_f64(cu_seqlens);
+  c.g = as_f64(g), c.sink = as_f64(sink), c.o = as_f64(o);
   return c;
 }
 
@@ -353,6 +384,16 @@ PagedCase PagedCase::to(Device d) const {
   c.q = moved(q, d), c.k_cache = moved(k_cache, d), c.v_cache = moved(v_cache, d);
   c.block_table = moved(block_table, d), c.seq_lens_k = moved(seq_lens_k, d), c.cu_seqlens_q = moved(cu_seqlens_q, d);
   c.sink = moved(sink, d), c.k_scale = moved(k_scale, d), c.v_scale = moved(v_scale, d), c.o = moved(o, d);
+  return c;
+}
+
+PagedCase PagedCase::to_f64() const {
+  PagedCase c;
+  c.cfg = cfg;
+  c.cfg.dtype = DType::f64;
+  c.q = as_f64(q), c.k_cache = as_f64(k_cache), c.v_cache = as_f64(v_cache);
+  c.block_table = as_f64(block_table), c.seq_lens_k = as_f64(seq_lens_k), c.cu_seqlens_q = as_f64(cu_seqlens_q);
+  c.sink = as_f64(sink), c.k_scale = as_f64(k_scale), c.v_scale = as_f64(v_scale), c.o = as_f64(o);
   return c;
 }
 

@@ -42,6 +42,9 @@ struct AttentionCase {
   static AttentionCase random(const AttentionConfig& cfg, Rng& rng);
   // A deep copy of every tensor on `device`.
   AttentionCase to(Device device) const;
+  // A host copy with every floating tensor in float64: run it on the cpu backend for the fp64 reference
+  // on the same (already rounded) inputs.
+  AttentionCase to_f64() const;
   void poison_outputs();
 
   ForwardArgs forward_args() const;
@@ -69,6 +72,7 @@ struct DecodeCase {
 
   static DecodeCase random(const DecodeConfig& cfg, Rng& rng);
   DecodeCase to(Device device) const;
+  DecodeCase to_f64() const;
   void poison_outputs();
   DecodeArgs args() const;
 };
@@ -101,11 +105,15 @@ struct PagedCase {
 
   static PagedCase random(const PagedConfig& cfg, Rng& rng);
   PagedCase to(Device device) const;
+  PagedCase to_f64() const;  // fp8 caches stay e4m3 (the reference decodes them exactly)
   void poison_outputs();
   PagedArgs args() const;
   // Bytes of K and V (and their per-token scales) that the op must read: the GB/s numerator.
   double kv_bytes_read() const;
 };
+
+// A host float64 copy of a floating tensor (other dtypes: a plain host copy).
+OwnedTensor as_f64(const OwnedTensor& t);
 
 // Parses "0,15,100" into lengths; throws flashgate::Error naming `what` on bad text.
 std::vector<int64_t> parse_lengths(const std::string& text, const char* what);

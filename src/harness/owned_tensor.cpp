@@ -173,4 +173,17 @@ void device_synchronize() {
 #endif
 }
 
+std::string gpu_description() {
+#ifdef FLASHGATE_WITH_CUDA
+  if (!detail::cuda_device_present()) return "";
+  int dev = 0;
+  cudaDeviceProp p{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) return "";
+  return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+         std::to_string(p.multiProcessorCount) + " SMs)";
+#else
+  return "";
+#endif
+}
+
 }  // namespace flashgate::harness

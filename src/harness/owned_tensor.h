@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "flashgate/tensor.h"
@@ -70,5 +71,8 @@ void copy(const OwnedTensor& src, OwnedTensor& dst);
 
 // Waits for all queued GPU work (no-op without CUDA).
 void device_synchronize();
+
+// "NVIDIA H200 (sm_90, 132 SMs)" for the current GPU, or "" without one.
+std::string gpu_description();
 
 }  // namespace flashgate::harness

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Sets up and runs every test: builds the library, CLI and C++ tests, runs them with ctest (GPU tests skip
+# visibly without a GPU), then builds the Python package into a virtual environment and runs pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
+
+start=$(date +%s)
+cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j "$jobs"
+echo "== C++ build time: $(( $(date +%s) - start )) s"
+
+start=$(date +%s)
+ctest --test-dir build --output-on-failure -j "$jobs"
+echo "== C++ test time: $(( $(date +%s) - start )) s"
+
+if [ -f pyproject.toml ]; then
+  start=$(date +%s)
+  python3 -m venv build/venv
+  build/venv/bin/python -m pip install -q --upgrade pip
+  build/venv/bin/python -m pip install -q nanobind scikit-build-core numpy ml_dtypes pytest
+  # Without a GPU the extension is built CPU-only: the CUDA kernels were compiled and tested above already.
+  cuda_flag=()
+  command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || cuda_flag=(-C cmake.define.FLASHGATE_CUDA=OFF)
+  build/venv/bin/python -m pip install -q --no-build-isolation "${cuda_flag[@]}" .
+  echo "== Python build time: $(( $(date +%s) - start )) s"
+  build/venv/bin/python -m pytest -ra tests/python
+fi
+echo "== all tests passed"
