@@ -1,0 +1,82 @@
+"""Timing, ceilings, environment and the correctness gate used by the benchmark."""
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+
+import torch
+
+
+def median_ms(fn, warmup_ms=25, rep_ms=100):
+    """Median time of fn() in ms: CUDA events, L2 flushed between runs (triton's do_bench)."""
+    import triton.testing
+    return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+
+
+def graph_median_ms(fn, rep_ms=100):
+    """Median time of one replay of a CUDA graph that captured fn() (for small launches: decode)."""
+    fn()  # warm-up outside capture (allocations, autotuning, module load)
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return median_ms(graph.replay, rep_ms=rep_ms)
+
+
+def ceilings():
+    """bf16 8192^3 matmul TFLOP/s and 2 GiB device-to-device copy GB/s (bytes read + written), this run."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    mm_ms = median_ms(lambda: a @ b)
+    src = torch.empty(2 << 30, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    cp_ms = median_ms(lambda: dst.copy_(src))
+    return {"matmul_bf16_tflops": 2 * 8192 ** 3 / (mm_ms * 1e-3) / 1e12,
+            "copy_gbps": 2 * src.numel() / (cp_ms * 1e-3) / 1e9}
+
+
+def environment(argv):
+    def run(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
+        except Exception:  # noqa: BLE001
+            return ""
+    try:
+        import triton
+        triton_version = triton.__version__
+    except Exception:  # noqa: BLE001
+        triton_version = None
+    try:
+        import flashgate
+        fg_version = flashgate.version()
+    except Exception as e:  # noqa: BLE001
+        fg_version = f"not importable: {e}"
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": props.name, "sms": props.multi_processor_count,
+        "driver": run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
+        "cuda": torch.version.cuda, "torch": torch.__version__,
+        "cudnn": torch.backends.cudnn.version(), "triton": triton_version,
+        "flashgate": fg_version, "python": platform.python_version(),
+        "git": run(["git", "rev-parse", "--short", "HEAD"]),
+        "command": " ".join([os.path.basename(sys.executable)] + argv),
+    }
+
+
+def relative_rms(out, ref):
+    out, ref = out.double(), ref.double()
+    if not torch.isfinite(out).all():
+        return math.inf
+    return float((out - ref).pow(2).mean().sqrt() / ref.pow(2).mean().sqrt().clamp_min(1e-30))
+
+
+def dump_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1, default=str)

@@ -1,0 +1,179 @@
+"""Each contender as a builder: given a row and its inputs, return a callable (or raise CannotRun).
+
+All training contenders take flashgate's layout q [B,T,HQ,K], k/v [B,T,H,*] and produce o [B,T,HQ,V];
+peers that want [B,H,T,D] get inputs prepared in their own layout ahead of timing, so only the attention
+kernel is timed.
+"""
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+
+
+class CannotRun(Exception):
+    """The contender cannot run this case; the message says why (reported, never turned into a ratio)."""
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+def flashgate_training(row, t):
+    import flashgate
+
+    def fwd():
+        return flashgate.parallel_attn(t["q"], t["k"], t["v"], g=t.get("g"), window_size=row.window,
+                                       cu_seqlens=t.get("cu_seqlens"), sink_bias=t.get("sink"))
+    return fwd
+
+
+def _bhtd(x):
+    return x.transpose(1, 2).contiguous()
+
+
+def _sdpa(backend_name):
+    def build(row, t):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        if row.gate or row.sink or row.window is not None or row.packed:
+            raise CannotRun("SDPA has no gate / sink / window / packed-sequence support")
+        backend = getattr(SDPBackend, backend_name)
+        q, k, v = (_bhtd(t[n]).requires_grad_(t[n].requires_grad) for n in ("q", "k", "v"))
+        t.setdefault("peer_inputs", []).append((q, k, v))
+        gqa = row.HQ != row.H
+
+        def fwd():
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa).transpose(1, 2)
+        try:  # fail now (unsupported shape) rather than inside the timing loop
+            fwd()
+        except Exception as e:  # noqa: BLE001 - report the peer's own error
+            raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        return fwd
+    return build
+
+
+sdpa_cudnn = _sdpa("CUDNN_ATTENTION")
+sdpa_flash = _sdpa("FLASH_ATTENTION")
+
+_flex_compiled = None
+
+
+def flex(row, t):
+    global _flex_compiled
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    if row.sink:
+        raise CannotRun("FlexAttention has no sink (extra softmax mass) support")
+    if _flex_compiled is None:
+        _flex_compiled = torch.compile(flex_attention, fullgraph=True)
+    q, k, v = (_bhtd(t[n]).requires_grad_(t[n].requires_grad) for n in ("q", "k", "v"))
+    B, T = q.shape[0], q.shape[2]
+    W = row.window
+    if row.packed:
+        doc = torch.repeat_interleave(torch.arange(len(row.packed), device=q.device),
+                                      torch.tensor(row.packed, device=q.device))
+
+        def mask(b, h, qi, kj):
+            m = (kj <= qi) & (doc[qi] == doc[kj])
+            return m & (qi - kj < W) if W is not None else m
+    else:
+        def mask(b, h, qi, kj):
+            return (kj <= qi) & (qi - kj < W) if W is not None else kj <= qi
+    block_mask = create_block_mask(mask, B=None, H=None, Q_LEN=T, KV_LEN=T, device=q.device)
+    score_mod = None
+    if row.gate:
+        gc = t["gc_bht"]  # [B, HQ, T] inclusive prefix sums (per sequence), fp32
+
+        def score_mod(score, b, h, qi, kj):
+            return score + gc[b, h, qi] - gc[b, h, kj]
+    gqa = row.HQ != row.H
+
+    def fwd():
+        return _flex_compiled(q, k, v, score_mod=score_mod, block_mask=block_mask,
+                              enable_gqa=gqa).transpose(1, 2)
+    try:
+        fwd()
+    except Exception as e:  # noqa: BLE001
+        raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+    return fwd
+
+
+def fla_training(path):
+    def build(row, t):
+        if not path:
+            raise CannotRun("flash-linear-attention not given (--fla PATH)")
+        if path not in sys.path:
+            sys.path.insert(0, path)
+        try:
+            from fla.ops.attn.parallel import parallel_attn
+        except Exception as e:  # noqa: BLE001
+            raise CannotRun(f"import failed: {e}")
+
+        def fwd():
+            return parallel_attn(t["q"], t["k"], t["v"], g=t.get("g"), window_size=row.window,
+                                 cu_seqlens=t.get("cu_seqlens_long"), sink_bias=t.get("sink"))
+        try:
+            fwd()
+        except Exception as e:  # noqa: BLE001
+            raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        return fwd
+    return build
+
+
+TRAINING_PEERS = {
+    "cuDNN": sdpa_cudnn,
+    "FA2": sdpa_flash,
+    "flex": flex,
+}
+
+
+# ----------------------------------------------------------------------------------------------- serving
+
+def sdpa_decode(backend_name):
+    """cuDNN / FA2 on a contiguous KV cache [B,H,L,D] with one query per sequence (no mask needed)."""
+    def build(row, t):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        if row.q_len != 1:
+            raise CannotRun("measured on one-query decode only")
+        backend = getattr(SDPBackend, backend_name)
+        q, k, v = t["q_bhld"], t["k_bhld"], t["v_bhld"]
+
+        def fwd():
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        try:
+            fwd()
+        except Exception as e:  # noqa: BLE001
+            raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        return fwd
+    return build
+
+
+def vllm_paged(path):
+    def build(row, t, fp8):
+        if not path:
+            raise CannotRun("vLLM not given (--vllm PATH)")
+        if path not in sys.path:
+            sys.path.insert(0, path)
+        try:
+            from vllm.attention.ops.triton_unified_attention import unified_attention
+        except Exception as e:  # noqa: BLE001
+            raise CannotRun(f"import failed: {e}")
+        if fp8 == "per-token":
+            raise CannotRun("vLLM's unified attention takes per-tensor descales only")
+        out = torch.empty_like(t["q"])
+        kc, vc = t["k_cache"], t["v_cache"]
+        descale = (t["k_scale"].reshape(1).expand(row.batch), t["v_scale"].reshape(1).expand(row.batch)) \
+            if fp8 else (None, None)
+
+        def fwd():
+            unified_attention(q=t["q"], k=kc, v=vc, out=out, cu_seqlens_q=t["cu_seqlens_q"],
+                              max_seqlen_q=row.q_len, seqused_k=t["seq_lens_k"], max_seqlen_k=row.context,
+                              softmax_scale=1 / math.sqrt(row.D), causal=True, window_size=(-1, -1),
+                              block_table=t["block_table"], softcap=0, q_descale=None,
+                              k_descale=descale[0], v_descale=descale[1])
+            return out
+        try:
+            fwd()
+        except Exception as e:  # noqa: BLE001
+            raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        return fwd
+    return build

@@ -1,0 +1,140 @@
+"""Markdown tables and PNG plots from the benchmark's results."""
+import os
+
+
+def _fmt(c, key):
+    if c.get("status") != "ok":
+        s = c.get("status", "—")
+        return "fails" if s.startswith("cannot") else ("wrong" if s.startswith("wrong") else s)
+    v = c.get(key)
+    return f"{v:.0f}" if v is not None else "—"
+
+
+def _ratio(fg, peer, key):
+    if fg.get("status") != "ok" or peer.get("status") != "ok" or key not in fg or key not in peer:
+        return "—"
+    return f"{fg[key] / peer[key]:.2f}x"
+
+
+def training_table(rows):
+    names = []
+    for r in rows:
+        for n in r["contenders"]:
+            if n not in names:
+                names.append(n)
+    peers = [n for n in names if n != "flashgate"]
+    lines = ["| case | " + " | ".join(f"{n} fwd / bwd" for n in names) + " | " +
+             " | ".join(f"vs {p} fwd / bwd" for p in peers) + " |",
+             "|---" * (1 + len(names) + len(peers)) + "|"]
+    for r in rows:
+        cs = r["contenders"]
+        fg = cs.get("flashgate", {})
+        cells = [f"{_fmt(cs.get(n, {}), 'fwd_tflops')} / {_fmt(cs.get(n, {}), 'bwd_tflops')}" for n in names]
+        ratios = [f"{_ratio(fg, cs.get(p, {}), 'fwd_tflops')} / {_ratio(fg, cs.get(p, {}), 'bwd_tflops')}"
+                  for p in peers]
+        lines.append(f"| {r['row']} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+    return "\n".join(lines)
+
+
+def serving_table(rows, copy_gbps):
+    lines = ["| op | KV | case | contender | GB/s | ms | of copy ceiling | flashgate / contender |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        fg = r["contenders"].get("flashgate", {})
+        for n, c in r["contenders"].items():
+            ok = c.get("status") == "ok"
+            lines.append(f"| {r['op']} | {r['kv']} | {r['row']} | {n} | "
+                         f"{c['gbps']:.0f} | {c['ms']:.3f} | {c['gbps'] / copy_gbps:.2f} | "
+                         f"{_ratio(fg, c, 'gbps') if n != 'flashgate' else ''} |" if ok else
+                         f"| {r['op']} | {r['kv']} | {r['row']} | {n} | {c.get('status', '—')} | | | |")
+    return "\n".join(lines)
+
+
+def failures(out):
+    lines = []
+    for section in ("training", "serving"):
+        for r in out.get(section, []):
+            for n, c in r["contenders"].items():
+                if c.get("status", "ok") != "ok":
+                    lines.append(f"- {section} / {r['row']} / {n}: {c['status']}")
+    return "\n".join(lines) or "- none"
+
+
+def plots(out, outdir):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:  # noqa: BLE001
+        return []
+    made = []
+    tr = {r["row"]: r for r in out.get("training", [])}
+
+    def series(row_names, xs, key, path, xlabel, title):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        names = sorted({n for rn in row_names if rn in tr for n in tr[rn]["contenders"]})
+        for n in names:
+            pts = [(x, tr[rn]["contenders"][n].get(key)) for x, rn in zip(xs, row_names)
+                   if rn in tr and tr[rn]["contenders"].get(n, {}).get("status") == "ok"]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=n)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title(title)
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, path), dpi=110)
+        plt.close(fig)
+        made.append(path)
+
+    series(["MHA D64, B2 H32 T8192", "MHA D128, B2 H16 T8192", "MHA D256, B2 H8 T8192"], [64, 128, 256],
+           "fwd_tflops", "fwd_by_headdim.png", "head dim", "causal forward, T8192, bf16")
+    series(["MHA D128, B8 H16 T2048", "MHA D128, B2 H16 T8192", "MHA D128, B1 H16 T16384",
+            "MHA D128, B1 H16 T32768"], [2048, 8192, 16384, 32768], "fwd_tflops", "fwd_by_seqlen.png",
+           "sequence length", "causal forward, D128, bf16")
+    series(["MHA D128, B8 H16 T2048", "MHA D128, B2 H16 T8192", "MHA D128, B1 H16 T16384",
+            "MHA D128, B1 H16 T32768"], [2048, 8192, 16384, 32768], "bwd_tflops", "bwd_by_seqlen.png",
+           "sequence length", "causal backward, D128, bf16")
+    sv = out.get("serving", [])
+    if sv:
+        fig, ax = plt.subplots(figsize=(9, 4))
+        labels, vals = [], []
+        for r in sv:
+            c = r["contenders"].get("flashgate", {})
+            if c.get("status") == "ok":
+                labels.append(f"{r['op']} {r['kv']}\n{r['row']}")
+                vals.append(c["gbps"])
+        ax.bar(range(len(vals)), vals)
+        ax.axhline(out["ceilings"]["copy_gbps"], color="r", ls="--", label="copy ceiling")
+        ax.set_xticks(range(len(vals)))
+        ax.set_xticklabels(labels, rotation=90, fontsize=6)
+        ax.set_ylabel("GB/s of KV read")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, "serving_gbps.png"), dpi=110)
+        plt.close(fig)
+        made.append("serving_gbps.png")
+    return made
+
+
+def write(out, outdir):
+    env, ceil = out["env"], out["ceilings"]
+    md = [f"# flashgate benchmark — {env.get('gpu')}", "",
+          "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in env.items()] + [
+          f"| bf16 matmul ceiling (this run) | {ceil['matmul_bf16_tflops']:.0f} TFLOP/s |",
+          f"| copy ceiling (this run, read+write) | {ceil['copy_gbps']:.0f} GB/s |",
+          f"| wall time | {out.get('seconds', 0):.0f} s |", ""]
+    if out.get("training"):
+        md += ["## Training (TFLOP/s fwd / bwd, bf16, causal; ratios flashgate / peer)", "",
+               training_table(out["training"]), ""]
+    if out.get("serving"):
+        md += ["## Serving (GB/s of K/V read; CUDA-graph replays)", "",
+               serving_table(out["serving"], ceil["copy_gbps"]), ""]
+    md += ["## Cases a contender could not run or got wrong", "", failures(out), ""]
+    if out.get("fatal"):
+        md += ["## Fatal error", "", "```", out["fatal"], "```"]
+    for p in plots(out, outdir):
+        md.append(f"![{p}]({p})")
+    with open(os.path.join(outdir, "report.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
