@@ -1,0 +1,77 @@
+// The gate prefix-sum pre-kernel: one block per (sequence, query head) scans the sequence in chunks of
+// kThreads * kPerThread tokens, each thread summing a few consecutive tokens, a warp-shuffle scan of the
+// thread totals and a carry between chunks.
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/element.h"
+#include "cuda/common/gate.h"
+#include "cuda/common/sequence.h"
+
+namespace flashgate::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kPerThread = 4;
+constexpr int kWarps = kThreads / 32;
+
+__device__ float warp_inclusive_scan(float x) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int d = 1; d < 32; d *= 2) {
+    const float y = __shfl_up_sync(0xffffffffu, x, d);
+    if (lane >= d) x += y;
+  }
+  return x;
+}
+
+__global__ void __launch_bounds__(kThreads) gate_prefix_sum_kernel(AttentionParams p, float* gc, int64_t jobs) {
+  __shared__ float warp_totals[kWarps];
+  __shared__ float carry_in;
+  for (int64_t job = blockIdx.x; job < jobs; job += gridDim.x) {
+    const int64_t n = job / p.HQ, h = job % p.HQ;
+    const SequenceSpan seq = sequence_span(p, n);
+    float* out = gc + (seq.batch * p.HQ + h) * p.T + seq.start;
+    if (threadIdx.x == 0) carry_in = 0.f;
+    __syncthreads();
+    for (int chunk = 0; chunk < seq.len; chunk += kThreads * kPerThread) {
+      const int first = chunk + threadIdx.x * kPerThread;
+      float local[kPerThread];
+      float running = 0.f;
+#pragma unroll
+      for (int e = 0; e < kPerThread; ++e) {
+        const int t = first + e;
+        const float g = t < seq.len ? load_as_float(p.g.data, p.g.offset(seq.batch, seq.start + t, h), p.g.dtype) : 0.f;
+        running += g;
+        local[e] = running;
+      }
+      const float inclusive = warp_inclusive_scan(running);
+      const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+      if (lane == 31) warp_totals[warp] = inclusive;
+      __syncthreads();
+      float before_warp = 0.f, chunk_total = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        before_warp += w < warp ? warp_totals[w] : 0.f;
+        chunk_total += warp_totals[w];
+      }
+      const float base = carry_in + before_warp + (inclusive - running);
+#pragma unroll
+      for (int e = 0; e < kPerThread; ++e)
+        if (first + e < seq.len) out[first + e] = base + local[e];
+      __syncthreads();  // everyone has read carry_in and warp_totals
+      if (threadIdx.x == 0) carry_in += chunk_total;
+      __syncthreads();
+    }
+  }
+}
+
+}  // namespace
+
+void launch_gate_prefix_sum(const AttentionParams& p, float* gc, CUstream_st* stream) {
+  const int64_t jobs = p.num_seqs * p.HQ;
+  if (jobs == 0 || p.T == 0) return;
+  const unsigned grid = static_cast<unsigned>(jobs < (1ll << 30) ? jobs : (1ll << 30));
+  gate_prefix_sum_kernel<<<grid, kThreads, 0, stream>>>(p, gc, jobs);
+  FLASHGATE_CHECK_LAUNCH("gate_prefix_sum_kernel");
+}
+
+}  // namespace flashgate::cuda

@@ -1,0 +1,52 @@
+// The visibility rule of SPEC §3 (causal + sliding window + sequence bounds) in one place, with the key
+// ranges and "does this tile need masking" questions that tiled kernels derive from it.
+// Positions are local to one sequence (0 .. len-1); window < 0 means none (see AttentionParams::window).
+#pragma once
+
+#include "cuda/common/host_device.h"
+
+namespace flashgate::cuda {
+
+// Whether query i sees key j: j <= i, i - j < window, both inside the sequence.
+FG_HOST_DEVICE bool visible(int i, int j, int len, int window) {
+  return j <= i && i < len && (window < 0 || i - j < window);
+}
+
+// Keys [begin, end) that any query of rows [row_begin, row_end) may see (empty: begin >= end).
+struct KeySpan {
+  int begin = 0, end = 0;
+  FG_HOST_DEVICE bool empty() const { return begin >= end; }
+};
+
+FG_HOST_DEVICE KeySpan keys_seen_by_rows(int row_begin, int row_end, int len, int window) {
+  KeySpan s;
+  if (window == 0) return s;  // window 0 hides every key
+  const int last_row = (row_end < len ? row_end : len) - 1;
+  s.end = last_row + 1;
+  s.begin = window < 0 ? 0 : row_begin - window + 1;
+  if (s.begin < 0) s.begin = 0;
+  return s;
+}
+
+// Queries [begin, end) that any key of columns [col_begin, col_end) is seen by (for key-major backward loops).
+FG_HOST_DEVICE KeySpan rows_seeing_keys(int col_begin, int col_end, int len, int window) {
+  KeySpan s;
+  if (window == 0 || col_begin >= len) return s;
+  s.begin = col_begin;
+  const int last_col = (col_end < len ? col_end : len) - 1;
+  s.end = window < 0 ? len : last_col + window;  // the last query that still sees last_col, plus one
+  if (s.end > len) s.end = len;
+  return s;
+}
+
+// False when every (i, j) of the rows x cols block with i < len is visible, so the kernel may skip the
+// per-element mask. Columns at or past len only meet rows at or past len (j >= len > i otherwise) or
+// rows before them (causal), both covered by the checks below.
+FG_HOST_DEVICE bool block_needs_mask(int row_begin, int row_end, int col_begin, int col_end, int len, int window) {
+  if (col_end - 1 > row_begin) return true;                                  // crosses the diagonal
+  if (window >= 0 && (row_end - 1) - col_begin >= window) return true;       // reaches past the window
+  if (col_end > len) return true;                                            // keys past the sequence
+  return false;
+}
+
+}  // namespace flashgate::cuda
