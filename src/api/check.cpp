@@ -3,10 +3,12 @@
 // and are thrown before anything is written.
 #include "api/check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "api/device_runtime.h"
@@ -16,15 +18,37 @@ namespace flashgate::detail {
 namespace {
 
 std::string shape_str(const Tensor& t) {
+  if (t.rank < 0 || t.rank > kMaxRank) return "of rank " + std::to_string(t.rank);
   std::string s = "[";
   for (int i = 0; i < t.rank; ++i) s += (i ? "," : "") + std::to_string(t.shape[i]);
   return s + "]";
 }
 
-std::string dims_str(std::initializer_list<int64_t> dims) {
+std::string strides_str(const Tensor& t) {
   std::string s = "[";
-  int i = 0;
-  for (int64_t d : dims) s += (i++ ? "," : "") + std::to_string(d);
+  for (int i = 0; i < t.rank; ++i) s += (i ? "," : "") + std::to_string(t.stride[i]);
+  return s + "]";
+}
+
+bool known_dtype(DType t) { return dtype_size(t) != 0; }
+bool known_device(Device d) { return d == Device::cpu || d == Device::cuda; }
+
+// The expected shape with free axes left as their names: "[2,5,H,8]" for layout "[B,T,H,K]", dims {2,5,-1,8}.
+std::string dims_str(const char* layout, std::initializer_list<int64_t> dims) {
+  std::vector<std::string> names;
+  std::string name;
+  for (const char* c = layout; *c; ++c) {
+    if (*c == '[') continue;
+    if (*c == ',' || *c == ']') names.push_back(name), name.clear();
+    else name += *c;
+  }
+  std::string s = "[";
+  size_t i = 0;
+  for (int64_t d : dims) {
+    s += i ? "," : "";
+    s += d >= 0 || i >= names.size() ? std::to_string(d) : names[i];
+    ++i;
+  }
   return s + "]";
 }
 
@@ -46,20 +70,32 @@ class Checker {
     if (!t.defined()) fail(ErrorKind::invalid_argument, arg, std::string("is required ") + layout);
     if (t.rank != static_cast<int>(dims.size()))
       fail(ErrorKind::invalid_argument, arg,
-           "expected " + std::to_string(dims.size()) + " axes " + layout + ", got shape " + shape_str(t));
+           "expected " + std::to_string(dims.size()) + (dims.size() == 1 ? " axis " : " axes ") + layout + ", got shape " + shape_str(t));
     int i = 0;
     for (int64_t d : dims) {
       if (d >= 0 && t.shape[i] != d)
         fail(ErrorKind::invalid_argument, arg,
-             std::string("expected shape ") + layout + " = " + dims_str(dims) + ", got " + shape_str(t));
+             std::string("expected shape ") + layout + " = " + dims_str(layout, dims) + ", got " + shape_str(t));
       if (t.shape[i] < 0) fail(ErrorKind::invalid_argument, arg, "negative size in shape " + shape_str(t));
       ++i;
+    }
+    // Element counts must fit int64 (offsets are computed in it everywhere).
+    int64_t n = 1;
+    for (int a = 0; a < t.rank; ++a) {
+      if (t.shape[a] != 0 && n > INT64_MAX / t.shape[a])
+        fail(ErrorKind::invalid_argument, arg, "has too many elements, got shape " + shape_str(t));
+      n *= t.shape[a];
     }
     placement(t, arg);
   }
 
   // Device, alignment and the contiguous last axis (the head axis of every attention tensor).
   void placement(const Tensor& t, const char* arg) const {
+    // Enum values from outside the library (a C caller, a bad cast) must not reach the switches below.
+    if (!known_dtype(t.dtype))
+      fail(ErrorKind::wrong_type, arg, "has an unknown dtype code " + std::to_string(static_cast<int>(t.dtype)));
+    if (!known_device(t.device))
+      fail(ErrorKind::wrong_type, arg, "has an unknown device code " + std::to_string(static_cast<int>(t.device)));
     if (t.device != q_.device || t.device_index != q_.device_index)
       fail(ErrorKind::wrong_type, arg,
            std::string("must be on the same device as q (") + device_name(q_.device) + ":" +
@@ -71,16 +107,28 @@ class Checker {
            std::string("data pointer is not aligned to its element size (") + dtype_name(t.dtype) + ")");
     if (t.rank > 0 && t.shape[t.rank - 1] > 1 && t.stride[t.rank - 1] != 1)
       fail(ErrorKind::invalid_argument, arg,
-           "the last (head) axis must be contiguous (stride 1), got stride " + std::to_string(t.stride[t.rank - 1]));
+           "the last axis must be contiguous (stride 1), got stride " + std::to_string(t.stride[t.rank - 1]));
     for (int a = 0; a < t.rank; ++a)
-      if (t.stride[a] < 0) fail(ErrorKind::invalid_argument, arg, "negative strides are not supported");
+      if (t.stride[a] < 0)
+        fail(ErrorKind::invalid_argument, arg, "negative strides are not supported, got strides " + strides_str(t));
   }
 
-  // An output must not have two elements at one address (a zero stride on an axis longer than one).
+  // An output must not have two elements at one address (a zero stride, or strides that fold axes onto
+  // each other). Taken by increasing stride, every axis must step past the whole extent of the axes inside
+  // it: exact for every permuted and padded dense layout, and it rejects only exotic interleavings besides.
   void output(const Tensor& t, const char* arg) const {
+    std::vector<std::pair<int64_t, int64_t>> axes;  // (stride, size) of the axes longer than one
     for (int a = 0; a < t.rank; ++a)
-      if (t.shape[a] > 1 && t.stride[a] == 0)
-        fail(ErrorKind::invalid_argument, arg, "an output cannot have a zero stride (overlapping elements)");
+      if (t.shape[a] > 1) axes.emplace_back(t.stride[a], t.shape[a]);
+    std::sort(axes.begin(), axes.end());
+    int64_t extent = 1;  // elements spanned by the axes taken so far
+    for (const auto& [stride, size] : axes) {
+      if (stride < extent)
+        fail(ErrorKind::invalid_argument, arg,
+             "an output cannot have overlapping elements (a zero stride, or strides that map two elements to "
+             "one address), got shape " + shape_str(t) + " strides " + strides_str(t));
+      extent = stride * (size - 1) + extent;
+    }
   }
 
   void dtype(const Tensor& t, const char* arg, std::initializer_list<DType> allowed) const {
@@ -88,7 +136,8 @@ class Checker {
       if (t.dtype == d) return;
     std::string names;
     for (DType d : allowed) names += std::string(names.empty() ? "" : ", ") + dtype_name(d);
-    fail(ErrorKind::wrong_type, arg, "dtype must be one of {" + names + "}, got " + dtype_name(t.dtype));
+    if (allowed.size() > 1) names = "one of {" + names + "}";
+    fail(ErrorKind::wrong_type, arg, "dtype must be " + names + ", got " + dtype_name(t.dtype));
   }
 
   void same_dtype(const Tensor& t, const char* arg, DType want, const char* as) const {
@@ -103,10 +152,11 @@ class Checker {
            std::string("head dim ") + name + " must be in 1.." + std::to_string(limit) + ", got " + std::to_string(d));
   }
 
-  void heads(int64_t hq, int64_t h) const {
+  // `kv` names the tensor that gives H (k, or k_cache for paged attention).
+  void heads(int64_t hq, int64_t h, const char* kv) const {
     require(hq >= 1, "q", "needs at least one head, got HQ=" + std::to_string(hq));
-    require(h >= 1, "k", "needs at least one head, got H=" + std::to_string(h));
-    require(hq % h == 0, "k",
+    require(h >= 1, kv, "needs at least one head, got H=" + std::to_string(h));
+    require(hq % h == 0, kv,
             "query heads must be a multiple of key/value heads (HQ % H == 0), got HQ=" + std::to_string(hq) +
                 " H=" + std::to_string(h));
   }
@@ -125,6 +175,13 @@ class Checker {
 
   // fp32 companion tensors (lse, g, sink, dg, dsink, scales) are float64 in the fp64 reference mode.
   DType float_kind() const { return q_.dtype == DType::f64 ? DType::f64 : DType::f32; }
+
+  void companion(const Tensor& t, const char* arg) const {
+    if (t.dtype == float_kind()) return;
+    fail(ErrorKind::wrong_type, arg,
+         std::string("dtype must be ") + dtype_name(float_kind()) +
+             (q_.dtype == DType::f64 ? " (float64 q: the fp64 reference mode)" : "") + ", got " + dtype_name(t.dtype));
+  }
 
   // Values of an index tensor when they can be read: on the host always, on the GPU when asked.
   bool readable(const Tensor& t, bool validate) const { return t.device == Device::cpu || validate; }
@@ -178,7 +235,7 @@ AttentionProblem check_attention_inputs(const Checker& c, const Tensor& q, const
   p.V = v.shape[3];
   c.same_dtype(k, "k", q.dtype, "q");
   c.same_dtype(v, "v", q.dtype, "q");
-  c.heads(p.HQ, p.H);
+  c.heads(p.HQ, p.H, "k");
   c.head_dim(p.K, "q", "K", kMaxHeadDim);
   c.head_dim(p.V, "v", "V", kMaxHeadDim);
 
@@ -190,7 +247,7 @@ AttentionProblem check_attention_inputs(const Checker& c, const Tensor& q, const
   }
   if (sink.defined()) {
     c.tensor(sink, "sink", "[HQ]", {p.HQ});
-    c.same_dtype(sink, "sink", c.float_kind(), "the fp32 companions of q");
+    c.companion(sink, "sink");
     p.has_sink = true;
   }
   p.num_seqs = p.B;
@@ -219,7 +276,7 @@ AttentionProblem check_forward(const ForwardArgs& a) {
   c.output(a.o, "o");
   if (a.lse.defined()) {
     c.tensor(a.lse, "lse", "[B,T,HQ]", {p.B, p.T, p.HQ});
-    c.same_dtype(a.lse, "lse", c.float_kind(), "the fp32 companions of q");
+    c.companion(a.lse, "lse");
     c.output(a.lse, "lse");
     p.has_lse = true;
   }
@@ -233,7 +290,7 @@ AttentionProblem check_backward(const BackwardArgs& a) {
   c.tensor(a.o, "o", "[B,T,HQ,V]", {p.B, p.T, p.HQ, p.V});
   c.same_dtype(a.o, "o", a.q.dtype, "q");
   c.tensor(a.lse, "lse", "[B,T,HQ]", {p.B, p.T, p.HQ});
-  c.same_dtype(a.lse, "lse", c.float_kind(), "the fp32 companions of q");
+  c.companion(a.lse, "lse");
   c.tensor(a.dout, "dout", "[B,T,HQ,V]", {p.B, p.T, p.HQ, p.V});
   c.same_dtype(a.dout, "dout", a.q.dtype, "q");
   p.has_lse = true;
@@ -248,15 +305,17 @@ AttentionProblem check_backward(const BackwardArgs& a) {
   c.output(a.dk, "dk");
   c.output(a.dv, "dv");
   if (p.has_gate) {
+    c.require(a.dg.defined(), "dg", "is required [B,T,HQ] because g is given");
     c.tensor(a.dg, "dg", "[B,T,HQ]", {p.B, p.T, p.HQ});
-    c.same_dtype(a.dg, "dg", c.float_kind(), "the fp32 companions of q");
+    c.companion(a.dg, "dg");
     c.output(a.dg, "dg");
   } else {
     c.require(!a.dg.defined(), "dg", "is given but g is not");
   }
   if (p.has_sink) {
+    c.require(a.dsink.defined(), "dsink", "is required [HQ] because sink is given");
     c.tensor(a.dsink, "dsink", "[HQ]", {p.HQ});
-    c.same_dtype(a.dsink, "dsink", c.float_kind(), "the fp32 companions of q");
+    c.companion(a.dsink, "dsink");
     c.output(a.dsink, "dsink");
   } else {
     c.require(!a.dsink.defined(), "dsink", "is given but sink is not");
@@ -280,7 +339,7 @@ DecodeProblem check_decode(const DecodeArgs& a) {
   p.V = a.v.shape[2];
   c.same_dtype(a.k, "k", a.q.dtype, "q");
   c.same_dtype(a.v, "v", a.q.dtype, "q");
-  c.heads(p.HQ, p.H);
+  c.heads(p.HQ, p.H, "k");
   c.head_dim(p.K, "q", "K", kMaxHeadDim);
   c.head_dim(p.V, "v", "V", kMaxHeadDim);
   c.tensor(a.cu_seqlens, "cu_seqlens", "[N+1]", {p.N + 1});
@@ -297,7 +356,7 @@ DecodeProblem check_decode(const DecodeArgs& a) {
   }
   if (a.sink.defined()) {
     c.tensor(a.sink, "sink", "[HQ]", {p.HQ});
-    c.same_dtype(a.sink, "sink", c.float_kind(), "the fp32 companions of q");
+    c.companion(a.sink, "sink");
     p.has_sink = true;
   }
   p.gate_scale = a.gate_scale;
@@ -311,12 +370,17 @@ namespace {
 ScaleMode check_kv_scale(const Checker& c, const Tensor& s, const char* arg, const PagedProblem& p) {
   if (!s.defined()) return ScaleMode::none;
   c.require(p.fp8, arg, "is given but the caches are not float8_e4m3fn (a scale cannot be honoured there)");
-  c.same_dtype(s, arg, c.float_kind(), "the fp32 companions of q");
-  if (s.numel() == 1 && s.rank <= 1) {
+  c.companion(s, arg);
+  if (s.rank >= 0 && s.rank <= 1 && s.numel() == 1) {
     c.placement(s, arg);
     return ScaleMode::per_tensor;
   }
-  c.tensor(s, arg, "per tensor [1] or per token [num_blocks,H,block_size]", {p.num_blocks, p.H, p.block_size});
+  const bool per_token = s.rank == 3 && s.shape[0] == p.num_blocks && s.shape[1] == p.H && s.shape[2] == p.block_size;
+  c.require(per_token, arg,
+            "must hold one scale per tensor ([1]) or one per token ([num_blocks,H,block_size] = [" +
+                std::to_string(p.num_blocks) + "," + std::to_string(p.H) + "," + std::to_string(p.block_size) +
+                "]), got shape " + shape_str(s));
+  c.tensor(s, arg, "[num_blocks,H,block_size]", {p.num_blocks, p.H, p.block_size});
   return ScaleMode::per_token;
 }
 
@@ -337,7 +401,7 @@ PagedProblem check_paged(const PagedArgs& a) {
   p.H = a.k_cache.shape[2];
   c.tensor(a.v_cache, "v_cache", "[num_blocks,block_size,H,V]", {p.num_blocks, p.block_size, p.H, -1});
   p.V = a.v_cache.shape[3];
-  c.heads(p.HQ, p.H);
+  c.heads(p.HQ, p.H, "k_cache");
   c.head_dim(p.K, "q", "K", kMaxPagedKeyDim);
   c.head_dim(p.V, "v_cache", "V", kMaxHeadDim);
   c.require(p.block_size >= 16 && p.block_size <= 256 && p.block_size % 16 == 0, "k_cache",
@@ -345,7 +409,10 @@ PagedProblem check_paged(const PagedArgs& a) {
   p.fp8 = a.k_cache.dtype == DType::e4m3;
   if (p.fp8) c.same_dtype(a.v_cache, "v_cache", DType::e4m3, "k_cache");
   else {
-    c.same_dtype(a.k_cache, "k_cache", a.q.dtype, "q (or both caches float8_e4m3fn)");
+    if (a.k_cache.dtype != a.q.dtype)
+      c.fail(ErrorKind::wrong_type, "k_cache",
+             std::string("dtype must match q (") + dtype_name(a.q.dtype) + ") or be float8_e4m3fn, got " +
+                 dtype_name(a.k_cache.dtype));
     c.same_dtype(a.v_cache, "v_cache", a.q.dtype, "q");
   }
   c.tensor(a.block_table, "block_table", "[N,max_blocks]", {-1, -1});
@@ -361,7 +428,7 @@ PagedProblem check_paged(const PagedArgs& a) {
   c.output(a.o, "o");
   if (a.sink.defined()) {
     c.tensor(a.sink, "sink", "[HQ]", {p.HQ});
-    c.same_dtype(a.sink, "sink", c.float_kind(), "the fp32 companions of q");
+    c.companion(a.sink, "sink");
     p.has_sink = true;
   }
   p.k_scale = check_kv_scale(c, a.k_scale, "k_scale", p);
