@@ -27,8 +27,8 @@ struct TokenHeadTensor {
   }
 };
 
-// Widest byte width (16, 8, 4 or 2) that every row start of a tensor is aligned to; chooses how tile
-// loaders copy rows (K=60 fp16 rows are 120 bytes: 8-byte copies; odd K fp16: 2-byte copies).
+// Widest byte width (16, 8, 4 or 2) that every row start of a tensor is aligned to. Tile loaders need 16;
+// inputs below it are repacked (row_repack.h), outputs below it are stored element by element.
 int row_copy_width(const Tensor& t);
 
 struct AttentionParams {
@@ -46,7 +46,7 @@ struct AttentionParams {
   float scale = 0, scale_log2 = 0;      // scale and scale * log2(e) (exp2-domain softmax)
   int window = -1;                      // -1: none; a window >= T is stored as -1 (it hides nothing)
   bool has_gate = false, has_sink = false, has_lse = false, packed = false;
-  // Row copy widths in bytes (row_copy_width) of q, k, v and o.
+  // Row alignment in bytes (row_copy_width) of q, k, v and o.
   int q_width = 16, k_width = 16, v_width = 16, o_width = 16;
 
   // Gate prefix sums of batch b, query head h, indexed by the token index (global when packed).

@@ -1,0 +1,311 @@
+// The portable forward (FlashAttention-2 style) for fp16/bf16: a block owns BM query rows of one head (and
+// one V chunk); each warp owns MT 16-row m-tiles. Key tiles stream from the diagonal down to the window's
+// start: while S = Q K^T and the softmax of tile n run, V(n) loads; while O += P V(n) runs, K(n-1) loads
+// (cp.async, the FA2 overlap: one K and one V buffer). Scores live in the exp2 domain, every sum in fp32,
+// P is rounded to the input type only as the MMA operand.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/attention_params.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/element.h"
+#include "cuda/common/online_softmax.h"
+#include "cuda/common/sequence.h"
+#include "cuda/common/tile_io.h"
+#include "cuda/common/tile_scheduler.h"
+#include "cuda/common/visibility.h"
+#include "cuda/portable/forward_config.h"
+#include "cuda/ptx/cp_async.h"
+#include "cuda/ptx/ldmatrix.h"
+#include "cuda/ptx/mma.h"
+
+namespace flashgate::cuda {
+namespace forward_detail {
+
+constexpr int round_up16(int x) { return (x + 15) / 16 * 16; }
+
+// One block's work item: query tile, head and V chunk, with everything derived from them.
+struct WorkItem {
+  SequenceSpan seq;
+  int m0 = 0;         // first query row (local position)
+  int rows = 0;       // valid rows of the tile
+  int64_t h = 0, kvh = 0;
+  int v0 = 0, v_width = 0;  // value dims of this chunk: [v0, v0 + v_width)
+  KeySpan keys;
+};
+
+template <class Tile>
+class ForwardBlock {
+  using T = typename Tile::T;
+  static constexpr int MT = Tile::MT, BN = Tile::BN, KB = Tile::KB, VB = Tile::VB;
+  static constexpr int kNT = BN / 8;   // 8-key n-tiles of a score tile
+  static constexpr int kVT = VB / 8;   // 8-dim n-tiles of the output
+
+ public:
+  __device__ __forceinline__ ForwardBlock(const AttentionParams& p, const WorkItem& w, unsigned char* smem)
+      : p_(p), w_(w),
+        sQ_(reinterpret_cast<T*>(smem)),
+        sK_(sQ_ + Tile::kSmemQ),
+        sV_(sK_ + Tile::kSmemK),
+        sGk_(reinterpret_cast<float*>(sV_ + Tile::kSmemV)),
+        tid_(threadIdx.x), lane_(threadIdx.x % 32), warp_row0_((threadIdx.x / 32) * MT * 16),
+        k_active_(round_up16(p.K)), v_active_(round_up16(w.v_width)) {}
+
+  __device__ __forceinline__ void run() {
+    float o[MT][kVT][4];
+    SoftmaxRow rows[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < kVT; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
+
+    if (!w_.keys.empty()) {
+      float gq2[MT][2];
+      load_query_gates(gq2);
+      const int first = w_.keys.begin / BN, last = (w_.keys.end - 1) / BN;
+      load_q();
+      load_k(last);
+      ptx::cp_async_commit();
+      for (int n = last; n >= first; --n) {
+        ptx::cp_async_wait<0>();
+        __syncthreads();  // K(n) visible to all; every warp is done with V(n+1)
+        load_v(n);
+        ptx::cp_async_commit();
+        float s[MT][kNT][4];
+        scores(s);
+        uint32_t pa[MT][BN / 16][4];
+        softmax(s, gq2, n * BN, rows, o, pa);
+        ptx::cp_async_wait<0>();
+        __syncthreads();  // V(n) visible to all; every warp is done with K(n)
+        if (n > first) load_k(n - 1);
+        ptx::cp_async_commit();
+        accumulate_pv(pa, o);
+      }
+    }
+    epilogue(rows, o);
+  }
+
+ private:
+  // ---- loads ------------------------------------------------------------------------------------------
+  __device__ __forceinline__ void load_q() {
+    const T* src = p_.q.template row<const T>(w_.seq.batch, w_.seq.start + w_.m0, w_.h);
+    load_tile<T, Tile::BM, KB, Tile::kQStride, Tile::kThreads>(sQ_, src, p_.q.token_stride, w_.rows, p_.K,
+                                                               k_active_, tid_);
+  }
+
+  __device__ __forceinline__ void load_k(int n) {
+    const int n0 = n * BN;
+    const T* src = p_.k.template row<const T>(w_.seq.batch, w_.seq.start + n0, w_.kvh);
+    load_tile<T, BN, KB, Tile::kKStride, Tile::kThreads>(sK_, src, p_.k.token_stride, w_.seq.len - n0, p_.K,
+                                                         k_active_, tid_);
+    if (p_.has_gate && tid_ < BN) {
+      const float* gk = p_.gc_row(w_.seq.batch, w_.h) + w_.seq.start + n0;
+      const bool valid = n0 + tid_ < w_.seq.len;
+      ptx::cp_async_4(sGk_ + tid_, valid ? gk + tid_ : gk, valid ? 4 : 0);
+    }
+  }
+
+  __device__ __forceinline__ void load_v(int n) {
+    const int n0 = n * BN;
+    const T* src = p_.v.template row<const T>(w_.seq.batch, w_.seq.start + n0, w_.kvh) + w_.v0;
+    load_tile<T, BN, VB, Tile::kVStride, Tile::kThreads>(sV_, src, p_.v.token_stride, w_.seq.len - n0,
+                                                         w_.v_width, v_active_, tid_);
+  }
+
+  // Gc of this thread's query rows, in the exp2 domain (0 without a gate).
+  __device__ __forceinline__ void load_query_gates(float (&gq2)[MT][2]) const {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = warp_row0_ + mt * 16 + lane_ / 4 + half * 8;
+        gq2[mt][half] = (p_.has_gate && r < w_.rows)
+                            ? p_.gc_row(w_.seq.batch, w_.h)[w_.seq.start + w_.m0 + r] * kLog2e
+                            : 0.f;
+      }
+  }
+
+  // ---- S = Q K^T ----------------------------------------------------------------------------------------
+  __device__ __forceinline__ void scores(float (&s)[MT][kNT][4]) const {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+    // ldmatrix row addresses: A (Q) rows lane%16, column half lane/16; B (K) keys of matrix lane/8.
+    const T* q_base = sQ_ + (warp_row0_ + lane_ % 16) * Tile::kQStride + (lane_ / 16) * 8;
+    const T* k_base = sK_ + ((lane_ / 16) * 8 + lane_ % 8) * Tile::kKStride + ((lane_ / 8) % 2) * 8;
+#pragma unroll
+    for (int ks = 0; ks < KB / 16; ++ks) {
+      if (ks * 16 < k_active_) {  // a runtime skip, not a break: the loop must stay unrolled
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) ptx::ldmatrix_x4(a[mt], q_base + mt * 16 * Tile::kQStride + ks * 16);
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        uint32_t b[4];
+        ptx::ldmatrix_x4(b, k_base + np * 16 * Tile::kKStride + ks * 16);
+        const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          ptx::mma_16816<T>(s[mt][2 * np], a[mt], b_lo);
+          ptx::mma_16816<T>(s[mt][2 * np + 1], a[mt], b_hi);
+        }
+      }
+      }
+    }
+  }
+
+  // ---- online softmax: scores -> P (as MMA A operands), rescaling o ------------------------------------------
+  __device__ __forceinline__ void softmax(float (&s)[MT][kNT][4], const float (&gq2)[MT][2], int n0, SoftmaxRow (&rows)[MT][2],
+                          float (&o)[MT][kVT][4], uint32_t (&pa)[MT][BN / 16][4]) const {
+    const bool masked = block_needs_mask(w_.m0, w_.m0 + Tile::BM, n0, n0 + BN, w_.seq.len, p_.window);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int half = e / 2;
+          const int col = j * 8 + (lane_ % 4) * 2 + e % 2;
+          float x = s[mt][j][e] * p_.scale_log2;
+          if (p_.has_gate) x += gq2[mt][half] - sGk_[col] * kLog2e;
+          if (masked) {
+            const int row = w_.m0 + warp_row0_ + mt * 16 + lane_ / 4 + half * 8;
+            if (!visible(row, n0 + col, w_.seq.len, p_.window)) x = -INFINITY;
+          }
+          s[mt][j][e] = x;
+          tile_max[half] = fmaxf(tile_max[half], x);
+        }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float factor = rows[mt][half].rescale(quad_max(tile_max[half]));
+#pragma unroll
+        for (int j = 0; j < kVT; ++j) {
+          o[mt][j][2 * half] *= factor;
+          o[mt][j][2 * half + 1] *= factor;
+        }
+      }
+      const float off[2] = {rows[mt][0].exp_offset(), rows[mt][1].exp_offset()};
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[mt][j][e] = exp2f(s[mt][j][e] - off[e / 2]);
+          rows[mt][e / 2].sum += s[mt][j][e];
+        }
+      // Score n-tiles 2k and 2k+1 form the A operand of P V's k-step k (PTX m16n8k16 fragment layout).
+#pragma unroll
+      for (int k = 0; k < BN / 16; ++k) {
+        pa[mt][k][0] = ptx::pack2<T>(s[mt][2 * k][0], s[mt][2 * k][1]);
+        pa[mt][k][1] = ptx::pack2<T>(s[mt][2 * k][2], s[mt][2 * k][3]);
+        pa[mt][k][2] = ptx::pack2<T>(s[mt][2 * k + 1][0], s[mt][2 * k + 1][1]);
+        pa[mt][k][3] = ptx::pack2<T>(s[mt][2 * k + 1][2], s[mt][2 * k + 1][3]);
+      }
+    }
+  }
+
+  // ---- O += P V ---------------------------------------------------------------------------------------------
+  __device__ __forceinline__ void accumulate_pv(const uint32_t (&pa)[MT][BN / 16][4], float (&o)[MT][kVT][4]) const {
+    const T* v_base = sV_ + (lane_ % 16) * Tile::kVStride + (lane_ / 16) * 8;
+#pragma unroll
+    for (int k = 0; k < BN / 16; ++k)
+#pragma unroll
+      for (int vp = 0; vp < VB / 16; ++vp) {
+        if (vp * 16 < v_active_) {
+          uint32_t b[4];
+          ptx::ldmatrix_x4_trans(b, v_base + k * 16 * Tile::kVStride + vp * 16);
+          const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            ptx::mma_16816<T>(o[mt][2 * vp], pa[mt][k], b_lo);
+            ptx::mma_16816<T>(o[mt][2 * vp + 1], pa[mt][k], b_hi);
+          }
+        }
+      }
+  }
+
+  // ---- o and lse ----------------------------------------------------------------------------------------------
+  // Each warp stages its own rows of o in its own rows of sQ (no other warp reads them), then stores them.
+  __device__ __forceinline__ void epilogue(const SoftmaxRow (&rows)[MT][2], float (&o)[MT][kVT][4]) {
+    const float sink = p_.has_sink ? p_.sink[w_.h] : 0.f;
+    __syncwarp();
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const RowResult r = finish_row(rows[mt][half].max2, quad_sum(rows[mt][half].sum), p_.has_sink, sink);
+        const int row = warp_row0_ + mt * 16 + lane_ / 4 + half * 8;
+        if (p_.has_lse && w_.v0 == 0 && lane_ % 4 == 0 && row < w_.rows)
+          *p_.lse.template row<float>(w_.seq.batch, w_.seq.start + w_.m0 + row, w_.h) = r.lse;
+        T* dst = sQ_ + row * Tile::kQStride + (lane_ % 4) * 2;
+#pragma unroll
+        for (int j = 0; j < kVT; ++j)
+          *reinterpret_cast<uint32_t*>(dst + j * 8) =
+              ptx::pack2<T>(o[mt][j][2 * half] * r.o_scale, o[mt][j][2 * half + 1] * r.o_scale);
+      }
+    __syncwarp();
+    const int rows_here = min(MT * 16, w_.rows - warp_row0_);
+    if (rows_here <= 0) return;
+    T* dst = p_.o.template row<T>(w_.seq.batch, w_.seq.start + w_.m0 + warp_row0_, w_.h) + w_.v0;
+    store_rows(dst, p_.o.token_stride, sQ_ + warp_row0_ * Tile::kQStride, Tile::kQStride, rows_here, w_.v_width,
+               p_.o_width, lane_, 32);
+  }
+
+  const AttentionParams& p_;
+  const WorkItem& w_;
+  T* const sQ_;
+  T* const sK_;
+  T* const sV_;
+  float* const sGk_;
+  const int tid_, lane_, warp_row0_;
+  const int k_active_, v_active_;
+};
+
+// Work items run heaviest first: query tiles from the last, heads innermost (GQA neighbours share K/V in L2).
+template <class Tile>
+__global__ void __launch_bounds__(Tile::kThreads)
+    forward_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ TileSchedule sched,
+                   const int num_vchunks) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int64_t total = sched.num_tiles * p.HQ * num_vchunks;
+  for (int64_t item = blockIdx.x; item < total; item += gridDim.x) {
+    WorkItem w;
+    w.h = item % p.HQ;
+    const int64_t rest = item / p.HQ;
+    const int vchunk = static_cast<int>(rest % num_vchunks);
+    const TileMapEntry t = tile_at(sched, sched.num_tiles - 1 - rest / num_vchunks);
+    if (t.seq < 0) continue;
+    w.seq = sequence_span(p, t.seq);
+    w.m0 = t.tile * Tile::BM;
+    if (w.m0 >= w.seq.len) continue;
+    w.rows = min(Tile::BM, w.seq.len - w.m0);
+    w.kvh = w.h / p.group;
+    w.v0 = vchunk * Tile::VB;
+    w.v_width = min(Tile::VB, p.V - w.v0);
+    w.keys = keys_seen_by_rows(w.m0, w.m0 + w.rows, w.seq.len, p.window);
+    __syncthreads();  // the previous item's shared-memory reads are done
+    ForwardBlock<Tile>(p, w, smem).run();
+  }
+}
+
+}  // namespace forward_detail
+
+template <class T, int D>
+void launch_forward_bucket(const AttentionParams& p, const TileSchedule& sched, int num_vchunks, CUstream_st* stream) {
+  using Tile = typename ForwardBucket<T, D>::Tile;
+  const auto kernel = forward_detail::forward_kernel<Tile>;
+  FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(Tile::kSmemBytes)));
+  const int64_t items = sched.num_tiles * p.HQ * num_vchunks;
+  if (items == 0) return;
+  const unsigned grid = static_cast<unsigned>(items < (1ll << 31) - 1 ? items : (1ll << 31) - 1);
+  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p, sched, num_vchunks);
+  FLASHGATE_CHECK_LAUNCH("forward_kernel");
+}
+
+}  // namespace flashgate::cuda
