@@ -1,0 +1,131 @@
+// The query-major backward kernel of deterministic mode: dQ and E without atomics. One CTA of 8 warps per
+// (query tile of kQueryRows rows, query head, column slice) holds its Q and dO tiles and walks the key
+// tiles that its rows can see in ascending order, recomputing S, P, dP and dS per key tile; dQ (kSliceQ
+// columns) and the row sums E stay in registers until the end.
+//
+// Warp layouts (8 warps):
+//   scores  [kQueryRows x kKeyCols]:     SM = rows/16 x SN = 8/SM
+//   dQ      [kQueryRows x kSliceQ]:      QM = rows/16 x QD = 8/QM
+#pragma once
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/sequence.h"
+#include "cuda/common/tile_io.h"
+#include "cuda/common/tile_scheduler.h"
+#include "cuda/portable/backward_kernels.h"
+#include "cuda/portable/backward_mma.cuh"
+
+namespace flashgate::cuda::bwd {
+
+template <class T, int kD>
+__global__ void __launch_bounds__(kMmaThreads, 1)
+    dq_kernel(BackwardParams p, TileSchedule query_tiles, int slices) {
+  using C = TileConfig<kD>;
+  constexpr int kBr = C::kQueryRows, kBc = C::kKeyCols, kSlice = C::kSliceQ;
+  constexpr int LD = kD + 8, LDS = kBc + 8;
+  constexpr int SM = kBr / 16, SN = 8 / SM, NT = kBc / SN / 8;
+  constexpr int QM = kBr / 16, QD = 8 / QM, NTQ = kSlice / QD / 8;
+  static_assert(SM * SN == 8 && QM * QD == 8 && NTQ % 2 == 0, "8 warps");
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sdO = sQ + kBr * LD;
+  T* sK = sdO + kBr * LD;
+  T* sV = sK + kBc * LD;
+  T* sdS = sV + kBc * LD;
+  float* sRed = reinterpret_cast<float*>(sdS + kBr * LDS);  // [SN][kBr] row-sum partials
+
+  const AttentionParams& a = p.a;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+
+  // blockIdx.x = (tile * HQ + h) * slices + slice
+  int64_t x = blockIdx.x;
+  const int slice = static_cast<int>(x % slices);
+  x /= slices;
+  const int64_t h = x % a.HQ, tile = x / a.HQ, hk = h / a.group;
+  const TileMapEntry te = tile_at(query_tiles, tile);
+  if (te.seq < 0) return;
+  const SequenceSpan seq = sequence_span(a, te.seq);
+  const int i0 = te.tile * kBr, len = seq.len;
+  if (i0 >= len) return;
+  const int col0 = slice * kSlice;
+
+  load_tile<T, kBr, kD, LD, kMmaThreads>(sQ, a.q.row<T>(seq.batch, seq.start + i0, h), a.q.token_stride, len - i0,
+                                         a.K, p.K16, tid);
+  load_tile<T, kBr, kD, LD, kMmaThreads>(sdO, p.dout.row<T>(seq.batch, seq.start + i0, h), p.dout.token_stride,
+                                         len - i0, a.V, p.V16, tid);
+  ptx::cp_async_commit();
+
+  const int sm = warp / SN, sn = warp % SN;
+  const int qm = warp / QD, qd = warp % QD;
+  const int s_m0 = sm * 16, s_n0 = sn * NT * 8;
+  const int q_n0 = col0 + qd * NTQ * 8;
+
+  const float* gc = a.has_gate ? a.gc_row(seq.batch, h) + seq.start : nullptr;
+  const int64_t base = p.row_index(seq.batch, h, seq.start);
+  const RowTerms rt = load_row_terms(p, base, gc, i0 + s_m0 + g, len);
+
+  float dq[NTQ][4];
+  zero(dq);
+  float e[2] = {0.f, 0.f};
+
+  const KeySpan keys = keys_seen_by_rows(i0, i0 + kBr, len, a.window);
+  for (int j0 = keys.begin; j0 < keys.end; j0 += kBc) {
+    __syncthreads();  // the previous key tile's readers of sK, sV, sdS are done
+    load_tile<T, kBc, kD, LD, kMmaThreads>(sK, a.k.row<T>(seq.batch, seq.start + j0, hk), a.k.token_stride, len - j0,
+                                           a.K, p.K16, tid);
+    load_tile<T, kBc, kD, LD, kMmaThreads>(sV, a.v.row<T>(seq.batch, seq.start + j0, hk), a.v.token_stride, len - j0,
+                                           a.V, p.V16, tid);
+    ptx::cp_async_commit();
+    float col_terms[NT][2];
+    load_col_terms(col_terms, gc, j0 + s_n0 + 2 * c, len);
+    ptx::cp_async_wait<0>();
+    __syncthreads();
+
+    float s[NT][4], dp[NT][4];
+    gemm_abt<T, NT>(s, sQ, sK, LD, s_m0, s_n0, p.K16 / 16, lane);
+    gemm_abt<T, NT>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
+    const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
+    probs_and_grads(s, dp, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window, e);
+    store_fragment<T, NT>(sdS, LDS, dp, s_m0, s_n0, lane);
+    __syncthreads();
+
+    gemm_ab<T, NTQ, kBc>(dq, sdS, LDS, sK, LD, qm * 16, q_n0, p.K16, lane);
+  }
+  ptx::cp_async_wait<0>();  // Q/dO copies are still in flight when the rows see no key
+
+  if (p.need_E && slice == 0) {
+    // E over the row's quad, then over the SN warps of a row block, in a fixed order.
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      const float sum = quad_sum(e[hi]);
+      if (c == 0) sRed[sn * kBr + s_m0 + g + 8 * hi] = sum;
+    }
+    __syncthreads();
+    for (int r = tid; r < kBr; r += kMmaThreads) {
+      float v = 0.f;
+      for (int w = 0; w < SN; ++w) v += sRed[w * kBr + r];
+      if (i0 + r < len) p.E[base + i0 + r] = v;
+    }
+  }
+
+  const int64_t t0 = seq.start + i0;
+  store_fragment_global<T, NTQ>([&](int r) { return p.dq.row<T>(seq.batch, t0 + r, h); }, dq, a.scale, qm * 16, q_n0,
+                                len - i0, a.K, p.dq_width, lane);
+}
+
+template <class T, int kD>
+void launch_dq_mma(const BackwardParams& p, const TileSchedule& queries, int slices, cudaStream_t stream) {
+  const int64_t blocks = queries.num_tiles * p.a.HQ * slices;
+  if (blocks == 0) return;
+  constexpr size_t smem = dq_smem_bytes<kD>();
+  FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)));
+  dq_kernel<T, kD><<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, queries, slices);
+  FLASHGATE_CHECK_LAUNCH("dq_kernel");
+}
+
+#define FLASHGATE_INSTANTIATE_DQ(T, D)                                                                 \
+  template void launch_dq_mma<T, D>(const BackwardParams&, const TileSchedule&, int, cudaStream_t);
+
+}  // namespace flashgate::cuda::bwd

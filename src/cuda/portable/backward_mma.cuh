@@ -1,0 +1,239 @@
+// Building blocks of the backward's MMA kernels (mma.sync m16n8k16, fp32 accumulation): operand fragments
+// from shared memory, the per-warp score / gradient step shared by the key-major and the query-major
+// kernel, and fragment stores. Fragment layout: see cuda/ptx/mma.h (g = lane / 4, c = lane % 4).
+//
+// Shared tiles are row-major with rows padded by 8 elements (16 bytes), which keeps every ldmatrix
+// phase (8 rows x 16 bytes) on distinct banks for the row lengths used here.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/element.h"
+#include "cuda/common/online_softmax.h"
+#include "cuda/common/visibility.h"
+#include "cuda/ptx/ldmatrix.h"
+#include "cuda/ptx/mma.h"
+
+namespace flashgate::cuda::bwd {
+
+// ---- operand fragments ----------------------------------------------------------------------------------
+
+// A (16 x 16) at rows m0.., columns k0.. of a row-major [m][k] tile.
+template <class T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int stride, int m0, int k0, int lane) {
+  ptx::ldmatrix_x4(a, tile + (m0 + lane % 16) * stride + k0 + (lane / 16) * 8);
+}
+
+// A (16 x 16) = the transpose of a row-major [k][m] tile, at m0.., k0..
+template <class T>
+__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const T* tile, int stride, int m0, int k0, int lane) {
+  ptx::ldmatrix_x4_trans(a, tile + (k0 + lane % 8 + (lane / 16) * 8) * stride + m0 + ((lane / 8) % 2) * 8);
+}
+
+// B of two n8 tiles (k0..k0+15 x n0..n0+15) from a row-major [n][k] tile: b[0..1] for n0, b[2..3] for n0+8.
+template <class T>
+__device__ __forceinline__ void load_b(uint32_t (&b)[4], const T* tile, int stride, int n0, int k0, int lane) {
+  ptx::ldmatrix_x4(b, tile + (n0 + lane % 8 + (lane / 16) * 8) * stride + k0 + ((lane / 8) % 2) * 8);
+}
+
+// B of one n8 tile from a row-major [n][k] tile.
+template <class T>
+__device__ __forceinline__ void load_b_one(uint32_t (&b)[2], const T* tile, int stride, int n0, int k0, int lane) {
+  ptx::ldmatrix_x2(b, tile + (n0 + lane % 8) * stride + k0 + ((lane / 8) % 2) * 8);
+}
+
+// B of two n8 tiles from a row-major [k][n] tile.
+template <class T>
+__device__ __forceinline__ void load_b_trans(uint32_t (&b)[4], const T* tile, int stride, int n0, int k0, int lane) {
+  ptx::ldmatrix_x4_trans(b, tile + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * stride + n0 + (lane / 16) * 8);
+}
+
+template <class T>
+__device__ __forceinline__ void mma_pair(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
+  const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+  ptx::mma_16816<T>(d0, a, b0);
+  ptx::mma_16816<T>(d1, a, b1);
+}
+
+template <int N>
+__device__ __forceinline__ void zero(float (&x)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.f;
+}
+
+// ---- warp GEMMs -----------------------------------------------------------------------------------------
+
+// acc (16 x NT*8) = A[m0.., :] * B[n0.., :]^T over k_steps * 16 columns: A row-major [m][k], B row-major
+// [n][k] (S = Q K^T, dP = dO V^T).
+template <class T, int NT>
+__device__ __forceinline__ void gemm_abt(float (&acc)[NT][4], const T* a_tile, const T* b_tile, int stride, int m0,
+                                         int n0, int k_steps, int lane) {
+  zero(acc);
+#pragma unroll 2
+  for (int kk = 0; kk < k_steps; ++kk) {
+    uint32_t a[4];
+    load_a(a, a_tile, stride, m0, kk * 16, lane);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[4];
+      load_b(b, b_tile, stride, n0 + np * 16, kk * 16, lane);
+      mma_pair<T>(acc[2 * np], acc[2 * np + 1], a, b);
+    }
+    if constexpr (NT % 2 == 1) {
+      uint32_t b[2];
+      load_b_one(b, b_tile, stride, n0 + (NT - 1) * 8, kk * 16, lane);
+      ptx::mma_16816<T>(acc[NT - 1], a, b);
+    }
+  }
+}
+
+// acc (16 x NT*8) += A^T[m0.., :] * B[:, n0..] over K_ROWS rows of k: A row-major [k][m] (P, dS stored by
+// query row), B row-major [k][n] (dO, Q). Column pairs at or past `n_limit` are skipped (n0 + 16*np
+// beyond the head dim).
+template <class T, int NT, int K_ROWS>
+__device__ __forceinline__ void gemm_atb(float (&acc)[NT][4], const T* a_tile, int a_stride, const T* b_tile,
+                                         int b_stride, int m0, int n0, int n_limit, int lane) {
+  static_assert(NT % 2 == 0, "column pairs");
+#pragma unroll
+  for (int kk = 0; kk < K_ROWS / 16; ++kk) {
+    uint32_t a[4];
+    load_a_trans(a, a_tile, a_stride, m0, kk * 16, lane);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      if (n0 + np * 16 >= n_limit) break;
+      uint32_t b[4];
+      load_b_trans(b, b_tile, b_stride, n0 + np * 16, kk * 16, lane);
+      mma_pair<T>(acc[2 * np], acc[2 * np + 1], a, b);
+    }
+  }
+}
+
+// acc (16 x NT*8) += A[m0.., :] * B[:, n0..] over K_ROWS: A row-major [m][k] (dS), B row-major [k][n] (K).
+template <class T, int NT, int K_ROWS>
+__device__ __forceinline__ void gemm_ab(float (&acc)[NT][4], const T* a_tile, int a_stride, const T* b_tile,
+                                        int b_stride, int m0, int n0, int n_limit, int lane) {
+  static_assert(NT % 2 == 0, "column pairs");
+#pragma unroll
+  for (int kk = 0; kk < K_ROWS / 16; ++kk) {
+    uint32_t a[4];
+    load_a(a, a_tile, a_stride, m0, kk * 16, lane);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      if (n0 + np * 16 >= n_limit) break;
+      uint32_t b[4];
+      load_b_trans(b, b_tile, b_stride, n0 + np * 16, kk * 16, lane);
+      mma_pair<T>(acc[2 * np], acc[2 * np + 1], a, b);
+    }
+  }
+}
+
+// ---- the score / gradient step --------------------------------------------------------------------------
+
+// What a thread needs about its two rows (g and g+8 of the warp's 16) of a score block.
+struct RowTerms {
+  float term[2];  // (Gc_i - lse_i) * log2 e; -inf for rows past the sequence or without a visible key
+  float d[2];     // D_i = o_i·do_i (0 past the sequence)
+};
+
+// Rows i_first and i_first + 8 (local positions) of query head h; `base` = row_index(b, h, seq.start).
+template <class P>
+__device__ __forceinline__ RowTerms load_row_terms(const P& p, int64_t base, const float* gc, int i_first, int len) {
+  RowTerms r;
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int i = i_first + 8 * hi;
+    r.term[hi] = -INFINITY;
+    r.d[hi] = 0.f;
+    if (i < len) {
+      const float lse = p.lse[base + i];
+      if (lse != -INFINITY) r.term[hi] = ((gc ? gc[i] : 0.f) - lse) * kLog2e;
+      r.d[hi] = p.D[base + i];
+    }
+  }
+  return r;
+}
+
+// Gate terms Gc_j * log2 e of a thread's columns j_first + nt*8 + {0, 1} (0 without a gate or past len).
+template <int NT>
+__device__ __forceinline__ void load_col_terms(float (&col)[NT][2], const float* gc, int j_first, int len) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int lo = 0; lo < 2; ++lo) {
+      const int j = j_first + nt * 8 + lo;
+      col[nt][lo] = (gc && j < len) ? gc[j] * kLog2e : 0.f;
+    }
+}
+
+// Turns S (scaled scores before the gate) into P = exp(s - lse) and dP into dS = P (dP - D), in place,
+// for a thread's fragment whose rows start at local position i_first and columns at j_first. `masked`:
+// apply the visibility rule per element (blocks on the diagonal, the window edge or the sequence end).
+// Adds this thread's part of E_i = sum_j P dP to e.
+template <int NT>
+__device__ __forceinline__ void probs_and_grads(float (&s)[NT][4], float (&dp)[NT][4], const RowTerms& rows,
+                                                const float (&col)[NT][2], float scale_log2, bool masked,
+                                                int i_first, int j_first, int len, int window, float (&e)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int hi = r / 2, lo = r % 2;
+      float pr = exp2f(fmaf(s[nt][r], scale_log2, rows.term[hi] - col[nt][lo]));
+      if (masked && !visible(i_first + 8 * hi, j_first + nt * 8 + lo, len, window)) pr = 0.f;
+      e[hi] += pr * dp[nt][r];
+      s[nt][r] = pr;
+      dp[nt][r] = pr * (dp[nt][r] - rows.d[hi]);
+    }
+}
+
+// Stores a thread's fragment (rows m0 + g, m0 + g + 8; columns n0 + nt*8 + 2c, +1) into a row-major shared
+// tile as T.
+template <class T, int NT>
+__device__ __forceinline__ void store_fragment(T* tile, int stride, const float (&x)[NT][4], int m0, int n0, int lane) {
+  const int g = lane / 4, c = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    *reinterpret_cast<uint32_t*>(tile + (m0 + g) * stride + n0 + nt * 8 + 2 * c) = ptx::pack2<T>(x[nt][0], x[nt][1]);
+    *reinterpret_cast<uint32_t*>(tile + (m0 + g + 8) * stride + n0 + nt * 8 + 2 * c) = ptx::pack2<T>(x[nt][2], x[nt][3]);
+  }
+}
+
+// Writes a thread's fragment of a [rows][cols] result to global rows (`row_ptr(r)` gives row r's start),
+// multiplied by `scale`, for rows < valid_rows and columns < valid_cols. Pairs go out as one 4-byte store
+// where the row start allows (`width` = its byte alignment).
+template <class T, int NT, class RowPtr>
+__device__ __forceinline__ void store_fragment_global(RowPtr row_ptr, const float (&x)[NT][4], float scale, int m0,
+                                                      int n0, int valid_rows, int valid_cols, int width, int lane) {
+  const int g = lane / 4, c = lane % 4;
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int r = m0 + g + 8 * hi;
+    if (r >= valid_rows) continue;
+    T* row = row_ptr(r);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = n0 + nt * 8 + 2 * c;
+      const float v0 = scale * x[nt][2 * hi], v1 = scale * x[nt][2 * hi + 1];
+      if constexpr (sizeof(T) == 2) {
+        if (col + 1 < valid_cols && width >= 4) {
+          *reinterpret_cast<uint32_t*>(row + col) = ptx::pack2<T>(v0, v1);
+          continue;
+        }
+      }
+      if (col < valid_cols) row[col] = from_float<T>(v0);
+      if (col + 1 < valid_cols) row[col + 1] = from_float<T>(v1);
+    }
+  }
+}
+
+// dst[0..1] += (v0, v1) with unordered atomics: one 8-byte vector atomic on sm90+, two scalar ones before.
+__device__ __forceinline__ void atomic_add_pair(float* dst, float v0, float v1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(v0, v1));
+#else
+  atomicAdd(dst, v0);
+  atomicAdd(dst + 1, v1);
+#endif
+}
+
+}  // namespace flashgate::cuda::bwd

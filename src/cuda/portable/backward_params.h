@@ -1,0 +1,98 @@
+// The backward's plain parameter struct (host and device) and its tile configurations.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/common/attention_params.h"
+#include "cuda/common/host_device.h"
+
+namespace flashgate::cuda::bwd {
+
+// Everything the backward kernels read and write. Row vectors of the workspace (lse, D, E, colsum) are
+// laid out like the gate prefix sums: [B][HQ][T] fp32, see row_index.
+struct BackwardParams {
+  AttentionParams a;                    // q, k, v, o, lse, g, sink, cu_seqlens, gc, sizes, scale, window
+  TokenHeadTensor dout, dq, dk, dv, dg;
+  float* dsink = nullptr;
+  int do_width = 16, dq_width = 16, dk_width = 16, dv_width = 16;  // row byte alignment (row_copy_width)
+  int K16 = 16, V16 = 16;               // head dims rounded up to the MMA k-step
+  bool deterministic = false;
+  bool need_E = false;                  // gate or sink: E[i] = sum_j P dP is needed
+
+  // Workspace.
+  float* lse = nullptr;     // contiguous copy of the forward's lse (natural log)
+  float* D = nullptr;       // o·do
+  float* E = nullptr;       // sum_j P dP (need_E)
+  float* colsum = nullptr;  // sum_i dS[i,t] per query head (gate)
+  float* dq_acc = nullptr;  // [B][HQ][T][K16] fp32 dq / scale (MMA kernels, default mode)
+  float* dk_part = nullptr; // [head_parts][B][H][T][K16] scaled dk partials (head_parts > 1)
+  float* dv_part = nullptr; // [head_parts][B][H][T][V16]
+  int head_parts = 1;       // the G query heads of a kv head split over this many CTAs (divides G)
+
+  FG_HOST_DEVICE int64_t row_index(int64_t b, int64_t h, int64_t t) const { return (b * a.HQ + h) * a.T + t; }
+  FG_HOST_DEVICE int64_t kv_row_index(int64_t part, int64_t b, int64_t hk, int64_t t) const {
+    return ((part * a.B + b) * a.H + hk) * a.T + t;
+  }
+};
+
+// Tiles of the MMA kernels per head-dim bucket (max(K16, V16) <= kD). 8 warps per CTA.
+//   key-major dK/dV kernel: kBc keys held, query tiles of kBr rows, dK/dV accumulators for kSliceKV columns;
+//   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns.
+template <int kD>
+struct TileConfig;
+template <>
+struct TileConfig<64> { static constexpr int kBc = 64, kBr = 64, kSliceKV = 64, kQueryRows = 64, kKeyCols = 64, kSliceQ = 64; };
+template <>
+struct TileConfig<128> { static constexpr int kBc = 64, kBr = 64, kSliceKV = 128, kQueryRows = 64, kKeyCols = 64, kSliceQ = 128; };
+template <>
+struct TileConfig<256> { static constexpr int kBc = 32, kBr = 64, kSliceKV = 256, kQueryRows = 64, kKeyCols = 32, kSliceQ = 256; };
+template <>
+struct TileConfig<512> { static constexpr int kBc = 32, kBr = 32, kSliceKV = 256, kQueryRows = 32, kKeyCols = 32, kSliceQ = 512; };
+
+constexpr int kMmaThreads = 256;
+
+// Shared memory of the two MMA kernels (2-byte elements): four row tiles of kD (+8 padding) columns, the
+// P and/or dS tile, and small fp32 reduction scratch.
+template <int kD>
+constexpr size_t dkdv_smem_bytes() {
+  using C = TileConfig<kD>;
+  return (2 * C::kBr + 2 * C::kBc) * (kD + 8) * 2 + 2 * C::kBr * (C::kBc + 8) * 2 +
+         (C::kBr + C::kBc) * 8 * sizeof(float);
+}
+template <int kD>
+constexpr size_t dq_smem_bytes() {
+  using C = TileConfig<kD>;
+  return (2 * C::kQueryRows + 2 * C::kKeyCols) * (kD + 8) * 2 + C::kQueryRows * (C::kKeyCols + 8) * 2 +
+         C::kQueryRows * 8 * sizeof(float);
+}
+
+// The same numbers at run time, for the host's planning.
+struct TileSizes {
+  int key_tile = 0, query_tile = 0, slice_kv = 0;   // dK/dV kernel
+  int dq_rows = 0, dq_slice = 0;                    // dq kernel
+  size_t smem_dkdv = 0, smem_dq = 0;
+};
+
+template <int kD>
+constexpr TileSizes tile_sizes_of() {
+  using C = TileConfig<kD>;
+  return {C::kBc, C::kBr, C::kSliceKV, C::kQueryRows, C::kSliceQ, dkdv_smem_bytes<kD>(), dq_smem_bytes<kD>()};
+}
+
+inline TileSizes tile_sizes(int bucket) {
+  switch (bucket) {
+    case 64: return tile_sizes_of<64>();
+    case 128: return tile_sizes_of<128>();
+    case 256: return tile_sizes_of<256>();
+    default: return tile_sizes_of<512>();
+  }
+}
+
+// The bucket serving padded head dims K16, V16 (both <= 512).
+inline int bucket_for(int K16, int V16) {
+  const int d = K16 > V16 ? K16 : V16;
+  return d <= 64 ? 64 : d <= 128 ? 128 : d <= 256 ? 256 : 512;
+}
+
+}  // namespace flashgate::cuda::bwd

@@ -1,0 +1,141 @@
+// The backward's post-kernels: dq from its fp32 accumulator, dk/dv from head-part partials, the gate
+// gradient by per-sequence suffix sum, and the sink gradient. All sums run in a fixed order.
+#include <cmath>
+
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/element.h"
+#include "cuda/portable/backward_kernels.h"
+#include "cuda/portable/backward_util.cuh"
+
+namespace flashgate::cuda::bwd {
+namespace {
+
+constexpr int kThreads = 256;
+
+// out[b, t, head, d] = scale * acc[row(b, head, t) * acc_dim + d] (row-major [B][heads][T][acc_dim]).
+template <class T>
+__global__ void __launch_bounds__(kThreads) dq_convert_kernel(BackwardParams p, int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; e < count; e += stride) {
+    const int64_t d = e % p.a.K, r = e / p.a.K;
+    const int64_t t = r % p.a.T, bh = r / p.a.T, h = bh % p.a.HQ, b = bh / p.a.HQ;
+    p.dq.row<T>(b, t, h)[d] = from_float<T>(p.a.scale * p.dq_acc[r * p.K16 + d]);
+  }
+}
+
+// out[b, t, hk, d] = sum over parts of part[(part, b, hk, t) * part_dim + d], parts in order.
+template <class T>
+__global__ void __launch_bounds__(kThreads) dkv_reduce_kernel(BackwardParams p, const float* part, int dim,
+                                                              int part_dim, TokenHeadTensor out, int64_t count) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  const int64_t part_stride = p.a.B * p.a.H * p.a.T * part_dim;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; e < count; e += stride) {
+    const int64_t d = e % dim, r = e / dim;
+    const int64_t t = r % p.a.T, bh = r / p.a.T, hk = bh % p.a.H, b = bh / p.a.H;
+    const float* src = part + r * part_dim + d;
+    float acc = 0.f;
+    for (int q = 0; q < p.head_parts; ++q) acc += src[q * part_stride];
+    out.row<T>(b, t, hk)[d] = from_float<T>(acc);
+  }
+}
+
+// One block per (sequence, query head): dg[t] = sum_{u >= t} dGc[u], scanning the sequence from its end
+// in chunks of kThreads tokens (a warp-shuffle scan, warp totals, a carry between chunks).
+__global__ void __launch_bounds__(kThreads) gate_grad_kernel(BackwardParams p, int64_t jobs) {
+  __shared__ float warp_totals[kThreads / 32];
+  __shared__ float carry;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t job = blockIdx.x; job < jobs; job += gridDim.x) {
+    const int64_t n = job / p.a.HQ, h = job % p.a.HQ;
+    const SequenceSpan seq = sequence_span(p.a, n);
+    const int64_t base = p.row_index(seq.batch, h, seq.start);
+    const float sink = p.a.has_sink ? p.a.sink[h] : 0.f;
+    if (threadIdx.x == 0) carry = 0.f;
+    __syncthreads();
+    for (int chunk = 0; chunk < seq.len; chunk += kThreads) {
+      const int u = seq.len - 1 - (chunk + static_cast<int>(threadIdx.x));  // reversed position
+      float x = 0.f;
+      if (u >= 0) {
+        // Row side sum_j dS[u,j] = E_u (1 - sum_j P) = E_u exp(sink - lse_u); 0 without a sink.
+        const float row_side = p.a.has_sink ? p.E[base + u] * expf(sink - p.lse[base + u]) : 0.f;
+        x = row_side - p.colsum[base + u];
+      }
+      float inclusive = x;
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const float y = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) inclusive += y;
+      }
+      if (lane == 31) warp_totals[warp] = inclusive;
+      __syncthreads();
+      float before = carry, total = carry;
+      for (int w = 0; w < kThreads / 32; ++w) {
+        before += w < warp ? warp_totals[w] : 0.f;
+        total += warp_totals[w];
+      }
+      if (u >= 0) *p.dg.row<float>(seq.batch, seq.start + u, h) = before + inclusive;
+      __syncthreads();  // all have read carry and warp_totals
+      if (threadIdx.x == 0) carry = total;
+      __syncthreads();
+    }
+  }
+}
+
+// One block per query head: dsink[h] = -sum over all rows of exp(sink[h] - lse_i) E_i.
+__global__ void __launch_bounds__(kThreads) sink_grad_kernel(BackwardParams p) {
+  __shared__ float scratch[kThreads / 32];
+  for (int64_t h = blockIdx.x; h < p.a.HQ; h += gridDim.x) {
+    const float sink = p.a.sink[h];
+    float acc = 0.f;
+    for (int64_t b = 0; b < p.a.B; ++b) {
+      const int64_t base = p.row_index(b, h, 0);
+      for (int64_t t = threadIdx.x; t < p.a.T; t += kThreads) {
+        const float e = p.E[base + t];
+        if (e != 0.f) acc += expf(sink - p.lse[base + t]) * e;  // empty rows hold E = 0
+      }
+    }
+    const float total = block_sum<kThreads>(acc, scratch);
+    if (threadIdx.x == 0) p.dsink[h] = -total;
+  }
+}
+
+}  // namespace
+
+void launch_dq_convert(const BackwardParams& p, cudaStream_t stream) {
+  const int64_t count = p.a.B * p.a.HQ * p.a.T * p.a.K;
+  if (count == 0) return;
+  with_element_type(p.a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    dq_convert_kernel<T><<<grid_for(count, kThreads), kThreads, 0, stream>>>(p, count);
+  });
+  FLASHGATE_CHECK_LAUNCH("dq_convert_kernel");
+}
+
+void launch_dkv_reduce(const BackwardParams& p, cudaStream_t stream) {
+  const int64_t rows = p.a.B * p.a.H * p.a.T;
+  if (rows == 0) return;
+  with_element_type(p.a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    dkv_reduce_kernel<T><<<grid_for(rows * p.a.K, kThreads), kThreads, 0, stream>>>(p, p.dk_part, p.a.K, p.K16,
+                                                                                        p.dk, rows * p.a.K);
+    FLASHGATE_CHECK_LAUNCH("dkv_reduce_kernel (dk)");
+    dkv_reduce_kernel<T><<<grid_for(rows * p.a.V, kThreads), kThreads, 0, stream>>>(p, p.dv_part, p.a.V, p.V16,
+                                                                                        p.dv, rows * p.a.V);
+    FLASHGATE_CHECK_LAUNCH("dkv_reduce_kernel (dv)");
+  });
+}
+
+void launch_gate_grad(const BackwardParams& p, cudaStream_t stream) {
+  const int64_t jobs = p.a.num_seqs * p.a.HQ;
+  if (jobs == 0 || p.a.T == 0) return;
+  gate_grad_kernel<<<grid_for(jobs, 1), kThreads, 0, stream>>>(p, jobs);
+  FLASHGATE_CHECK_LAUNCH("gate_grad_kernel");
+}
+
+void launch_sink_grad(const BackwardParams& p, cudaStream_t stream) {
+  if (p.a.HQ == 0) return;
+  sink_grad_kernel<<<grid_for(p.a.HQ, 1), kThreads, 0, stream>>>(p);
+  FLASHGATE_CHECK_LAUNCH("sink_grad_kernel");
+}
+
+}  // namespace flashgate::cuda::bwd

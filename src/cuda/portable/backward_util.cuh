@@ -1,0 +1,63 @@
+// Small device helpers of the backward's light kernels: warp and block reductions, grid sizing, and the
+// sequence that holds a token.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/sequence.h"
+
+namespace flashgate::cuda::bwd {
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
+  return x;
+}
+
+// Sum over a block of kThreads threads in a fixed order (deterministic); the result is valid in thread 0.
+template <int kThreads>
+__device__ __forceinline__ float block_sum(float x, float* scratch /* kThreads / 32 floats */) {
+  x = warp_sum(x);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = x;
+  __syncthreads();
+  float total = 0.f;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
+  __syncthreads();
+  return total;
+}
+
+// Blocks for `jobs` units of work at `per_block` units per block, capped so grid-stride loops take over.
+inline unsigned grid_for(int64_t jobs, int per_block) {
+  const int64_t blocks = (jobs + per_block - 1) / per_block;
+  const int64_t cap = int64_t{1} << 30;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
+}
+
+// The sequence that holds token t (global index when packed) and t's local position in it. A token that
+// no sequence holds (only with an unchecked, broken cu_seqlens) gives pos = -1.
+struct TokenPlace {
+  SequenceSpan seq;
+  int pos = -1;
+};
+
+__device__ __forceinline__ TokenPlace place_token(const AttentionParams& p, int64_t b, int64_t t) {
+  TokenPlace r;
+  if (!p.packed) {
+    r.seq = sequence_span(p, b);
+    r.pos = static_cast<int>(t);
+    return r;
+  }
+  // The last n in [0, N) with cu_seqlens[n] <= t: with zero-length segments that is the one t lies in.
+  int64_t lo = 0, hi = p.num_seqs - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (clamp_token(cu_seqlens_at(p.cu_seqlens, p.cu_seqlens_bytes, mid), 0, p.T) <= t) lo = mid;
+    else hi = mid - 1;
+  }
+  r.seq = sequence_span(p, lo);
+  if (t >= r.seq.start && t < r.seq.start + r.seq.len) r.pos = static_cast<int>(t - r.seq.start);
+  return r;
+}
+
+}  // namespace flashgate::cuda::bwd

@@ -1,0 +1,382 @@
+// GPU tests of the portable (cuda backend) attention backward against the CPU fp64 reference, SPEC §4/§7:
+// dq, dk, dv, dg, dsink within relative RMS 0.005 (0.01 for bf16 with a scale above 1/sqrt(K)), never NaN,
+// outputs poisoned before every run, fresh inputs per run (the seed is in every failure message; set
+// FLASHGATE_SEED to replay). Deterministic mode must be bitwise identical over repeated runs.
+//
+// The device side runs the CUDA forward for o and lse when the cuda backend serves it, else the CPU's
+// o/lse copied over; the reference runs the CPU forward and backward on the host copy of the same case.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashgate/flashgate.h"
+#include "harness/cases.h"
+#include "support/compare.h"
+
+namespace {
+
+using flashgate::Backend;
+using flashgate::Device;
+using flashgate::DType;
+using flashgate::Launch;
+using flashgate::harness::AttentionCase;
+using flashgate::harness::AttentionConfig;
+using flashgate::harness::OwnedTensor;
+
+constexpr double kTol = 0.005;
+
+// SPEC §7: bf16 with a scale above the default (a peaked softmax) gets 0.01.
+double tolerance_for(const AttentionConfig& cfg) {
+  const double default_scale = 1.0 / std::sqrt(static_cast<double>(cfg.head_dim));
+  if (cfg.dtype == DType::bf16 && cfg.scale && *cfg.scale > default_scale * (1 + 1e-6)) return 0.01;
+  return kTol;
+}
+
+Launch on(Backend b) {
+  Launch l;
+  l.backend = b;
+  return l;
+}
+
+// o and lse on the device: the CUDA forward if the cuda backend runs it, else the reference's.
+void device_forward(const AttentionCase& host, AttentionCase& dev) {
+  try {
+    flashgate::attention_forward(dev.forward_args(), on(Backend::cuda));
+    return;
+  } catch (const flashgate::Error& e) {
+    if (e.kind() != flashgate::ErrorKind::unsupported) throw;
+    static bool said = false;
+    if (!said) std::printf("[ note ] cuda forward unavailable (%s): using the CPU forward's o/lse\n", e.what());
+    said = true;
+  }
+  flashgate::harness::copy(host.o, dev.o);
+  flashgate::harness::copy(host.lse, dev.lse);
+}
+
+struct Outputs {
+  std::vector<const OwnedTensor*> tensors;
+  std::vector<std::string> names;
+};
+
+Outputs gradients_of(const AttentionCase& c) {
+  Outputs o;
+  o.tensors = {&c.dq, &c.dk, &c.dv};
+  o.names = {"dq", "dk", "dv"};
+  if (c.dg.defined()) o.tensors.push_back(&c.dg), o.names.push_back("dg");
+  if (c.dsink.defined()) o.tensors.push_back(&c.dsink), o.names.push_back("dsink");
+  return o;
+}
+
+void poison_gradients(AttentionCase& c) {
+  for (OwnedTensor* t : {&c.dq, &c.dk, &c.dv, &c.dg, &c.dsink})
+    if (t->defined()) t->poison();
+}
+
+// Runs the reference and the device backward on one fresh random case and compares every gradient.
+// With `repeats` > 1 (deterministic mode) the device backward runs again and must give the same bytes.
+void check_backward(const AttentionConfig& cfg, int repeats = 1) {
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE(cfg.describe() + " (FLASHGATE_SEED=" + std::to_string(seed) + ")");
+  flashgate::harness::Rng rng(seed);
+  AttentionCase host = AttentionCase::random(cfg, rng);
+  AttentionCase dev = host.to(Device::cuda);  // outputs still poisoned
+
+  flashgate::attention_forward(host.forward_args(), on(Backend::cpu));
+  flashgate::attention_backward(host.backward_args(), on(Backend::cpu));
+
+  device_forward(host, dev);
+  flashgate::attention_backward(dev.backward_args(), on(Backend::cuda));
+  flashgate::harness::device_synchronize();
+
+  const double tol = tolerance_for(cfg);
+  const Outputs got = gradients_of(dev), want = gradients_of(host);
+  for (size_t i = 0; i < got.tensors.size(); ++i) fgtest::expect_close(got.names[i], *got.tensors[i], *want.tensors[i], tol);
+
+  std::vector<std::vector<unsigned char>> first;
+  for (const OwnedTensor* t : got.tensors) first.push_back(t->raw_bytes());
+  for (int r = 1; r < repeats; ++r) {
+    poison_gradients(dev);
+    flashgate::attention_backward(dev.backward_args(), on(Backend::cuda));
+    flashgate::harness::device_synchronize();
+    for (size_t i = 0; i < got.tensors.size(); ++i)
+      EXPECT_TRUE(got.tensors[i]->raw_bytes() == first[i]) << got.names[i] << " differs on repeat " << r;
+  }
+}
+
+AttentionConfig base(DType dtype, int64_t K, int64_t V) {
+  AttentionConfig c;
+  c.dtype = dtype;
+  c.head_dim = K;
+  c.v_dim = V;
+  c.heads = 4;
+  c.kv_heads = 2;
+  return c;
+}
+
+const std::vector<std::pair<int64_t, int64_t>> kHeadDims = {{16, 16},   {60, 60},   {64, 64},   {100, 100},
+                                                            {128, 128}, {192, 128}, {128, 320}, {256, 256},
+                                                            {320, 128}, {512, 256}, {256, 512}, {512, 512}};
+
+std::string dtype_label(DType d) { return d == DType::f16 ? "f16" : d == DType::bf16 ? "bf16" : "f32"; }
+
+// ---- every head-dim pair, both dtypes: plain dense, and packed with every feature --------------------
+
+class BackwardHeadDims : public ::testing::TestWithParam<std::tuple<DType, std::pair<int64_t, int64_t>>> {};
+
+TEST_P(BackwardHeadDims, DenseNoFeatures) {
+  FLASHGATE_REQUIRE_GPU();
+  const auto [dtype, kv] = GetParam();
+  AttentionConfig c = base(dtype, kv.first, kv.second);
+  c.batch = 2;
+  c.seqlen = kv.first >= 256 || kv.second >= 256 ? 161 : 203;
+  check_backward(c);
+}
+
+TEST_P(BackwardHeadDims, PackedGateSinkWindow) {
+  FLASHGATE_REQUIRE_GPU();
+  const auto [dtype, kv] = GetParam();
+  AttentionConfig c = base(dtype, kv.first, kv.second);
+  c.packed = {0, 15, 100, 0, 230, 33};
+  c.gate = c.sink = true;
+  c.window = 97;
+  check_backward(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, BackwardHeadDims,
+                         ::testing::Combine(::testing::Values(DType::f16, DType::bf16), ::testing::ValuesIn(kHeadDims)),
+                         [](const auto& info) {
+                           const auto& kv = std::get<1>(info.param);
+                           return dtype_label(std::get<0>(info.param)) + "_K" + std::to_string(kv.first) + "_V" +
+                                  std::to_string(kv.second);
+                         });
+
+// ---- features: none / gate / sink / windows / gate+window+sink at D64 and D128 ------------------------
+
+struct Feature {
+  std::string name;
+  bool gate = false, sink = false;
+  std::optional<int64_t> window;
+};
+
+const std::vector<Feature> kFeatures = {
+    {"none"},          {"gate", true},         {"sink", false, true}, {"w0", false, false, 0},
+    {"w1", false, false, 1}, {"w63", false, false, 63}, {"w64", false, false, 64}, {"w65", false, false, 65},
+    {"w1024", false, false, 1024}, {"gate_w65_sink", true, true, 65}};
+
+class BackwardFeatures : public ::testing::TestWithParam<std::tuple<DType, int64_t, Feature>> {};
+
+TEST_P(BackwardFeatures, DenseB3) {
+  FLASHGATE_REQUIRE_GPU();
+  const auto [dtype, dim, f] = GetParam();
+  AttentionConfig c = base(dtype, dim, dim);
+  c.batch = 3;
+  c.seqlen = 257;
+  c.gate = f.gate;
+  c.sink = f.sink;
+  c.window = f.window;
+  check_backward(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, BackwardFeatures,
+                         ::testing::Combine(::testing::Values(DType::f16, DType::bf16), ::testing::Values(64, 128),
+                                            ::testing::ValuesIn(kFeatures)),
+                         [](const auto& info) {
+                           return dtype_label(std::get<0>(info.param)) + "_D" + std::to_string(std::get<1>(info.param)) +
+                                  "_" + std::get<2>(info.param).name;
+                         });
+
+// ---- layouts: dense B 1/3, long packed sequences, every group size and MQA ----------------------------
+
+struct Layout {
+  std::string name;
+  int64_t batch, seqlen;
+  std::vector<int64_t> packed;
+  int64_t heads, kv_heads;
+};
+
+const std::vector<Layout> kLayouts = {
+    {"dense_B1_T1000_MHA1", 1, 1000, {}, 1, 1},
+    {"dense_B3_T300_G1", 3, 300, {}, 2, 2},
+    {"dense_B1_T700_G2", 1, 700, {}, 4, 2},
+    {"packed_G4", 1, 0, {0, 15, 100, 300, 1200, 2000}, 8, 2},
+    {"packed_G8_MQA", 1, 0, {0, 15, 100, 300, 1200, 2000}, 8, 1},
+    {"packed_G2_short", 1, 0, {1, 2, 63, 64, 65, 0, 127, 128, 129, 31, 37}, 4, 2},
+};
+
+class BackwardLayouts : public ::testing::TestWithParam<std::tuple<DType, Layout>> {};
+
+TEST_P(BackwardLayouts, GateSink) {
+  FLASHGATE_REQUIRE_GPU();
+  const auto [dtype, l] = GetParam();
+  AttentionConfig c = base(dtype, 128, 128);
+  c.batch = l.batch;
+  c.seqlen = l.seqlen;
+  c.packed = l.packed;
+  c.heads = l.heads;
+  c.kv_heads = l.kv_heads;
+  c.gate = c.sink = true;
+  check_backward(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, BackwardLayouts,
+                         ::testing::Combine(::testing::Values(DType::f16, DType::bf16), ::testing::ValuesIn(kLayouts)),
+                         [](const auto& info) {
+                           return dtype_label(std::get<0>(info.param)) + "_" + std::get<1>(info.param).name;
+                         });
+
+// The case where round(o)·do fails the sink gradient (SPEC §4): bf16, gate, sink, long packed sequences.
+TEST(Backward, Bf16GateSinkPackedDsink) {
+  FLASHGATE_REQUIRE_GPU();
+  AttentionConfig c = base(DType::bf16, 128, 128);
+  c.packed = {0, 15, 100, 300, 1200, 2000};
+  c.heads = 8;
+  c.kv_heads = 2;
+  c.gate = c.sink = true;
+  check_backward(c);
+}
+
+// ---- deterministic mode: every bucket of the query-major kernel, bitwise repeats ----------------------
+
+class BackwardDeterministic : public ::testing::TestWithParam<std::tuple<DType, std::pair<int64_t, int64_t>>> {};
+
+TEST_P(BackwardDeterministic, BitwiseRepeats) {
+  FLASHGATE_REQUIRE_GPU();
+  const auto [dtype, kv] = GetParam();
+  AttentionConfig c = base(dtype, kv.first, kv.second);
+  c.packed = {0, 15, 100, 300, 170};
+  c.heads = 4;
+  c.kv_heads = 1;
+  c.gate = c.sink = true;
+  c.window = 130;
+  c.deterministic = true;
+  check_backward(c, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, BackwardDeterministic,
+                         ::testing::Combine(::testing::Values(DType::f16, DType::bf16),
+                                            ::testing::Values(std::pair<int64_t, int64_t>{60, 60},
+                                                              std::pair<int64_t, int64_t>{64, 64},
+                                                              std::pair<int64_t, int64_t>{128, 128},
+                                                              std::pair<int64_t, int64_t>{128, 320},
+                                                              std::pair<int64_t, int64_t>{256, 256},
+                                                              std::pair<int64_t, int64_t>{512, 512})),
+                         [](const auto& info) {
+                           const auto& kv = std::get<1>(info.param);
+                           return dtype_label(std::get<0>(info.param)) + "_K" + std::to_string(kv.first) + "_V" +
+                                  std::to_string(kv.second);
+                         });
+
+TEST(Backward, DeterministicLongPackedGqa) {
+  FLASHGATE_REQUIRE_GPU();
+  AttentionConfig c = base(DType::bf16, 128, 128);
+  c.packed = {0, 15, 100, 300, 1200, 2000};
+  c.heads = 8;
+  c.kv_heads = 2;
+  c.gate = c.sink = true;
+  c.deterministic = true;
+  check_backward(c, 3);
+}
+
+// ---- fp32 inputs (the SIMT path), strided and unaligned rows, boundary sizes, scales --------------------
+
+TEST(Backward, Fp32SimtPath) {
+  FLASHGATE_REQUIRE_GPU();
+  for (auto [K, V] : std::vector<std::pair<int64_t, int64_t>>{{64, 64}, {100, 36}, {512, 512}}) {
+    AttentionConfig c = base(DType::f32, K, V);
+    c.packed = {0, 15, 100, 300, 0, 41};
+    c.gate = c.sink = true;
+    c.window = 77;
+    check_backward(c);
+    c.deterministic = true;
+    check_backward(c, 2);
+  }
+}
+
+TEST(Backward, StridedAndUnalignedRows) {
+  FLASHGATE_REQUIRE_GPU();
+  for (int64_t pad : {3, 8}) {
+    for (auto [K, V] : std::vector<std::pair<int64_t, int64_t>>{{60, 60}, {33, 17}, {128, 128}}) {
+      AttentionConfig c = base(DType::f16, K, V);
+      c.batch = 2;
+      c.seqlen = 150;
+      c.row_pad = pad;
+      c.gate = c.sink = true;
+      check_backward(c);
+      c.deterministic = true;
+      check_backward(c, 2);
+    }
+  }
+}
+
+TEST(Backward, TinyDimsAndLengths) {
+  FLASHGATE_REQUIRE_GPU();
+  for (auto [K, V] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 64}, {64, 1}, {17, 3}}) {
+    AttentionConfig c = base(DType::bf16, K, V);
+    c.packed = {1, 2, 3, 0, 5, 7, 11, 13, 64, 65, 63};
+    c.gate = true;
+    c.sink = K != 17;
+    check_backward(c);
+  }
+}
+
+TEST(Backward, ScaleAboveDefault) {
+  FLASHGATE_REQUIRE_GPU();
+  for (DType d : {DType::f16, DType::bf16}) {
+    AttentionConfig c = base(d, 80, 80);
+    c.batch = 2;
+    c.seqlen = 190;
+    c.scale = 1.0f;
+    c.sink = true;
+    check_backward(c);
+  }
+}
+
+// ---- grid mapping: 65536 packed segments, B*HQ > 65535 --------------------------------------------------
+
+TEST(Backward, ManyPackedSegments) {
+  FLASHGATE_REQUIRE_GPU();
+  flashgate::harness::Rng rng(flashgate::harness::fresh_seed());
+  AttentionConfig c = base(DType::bf16, 32, 16);
+  c.heads = 2;
+  c.kv_heads = 1;
+  c.packed.resize(65536);
+  for (auto& len : c.packed) len = static_cast<int64_t>(rng() % 4);  // zero-length segments included
+  c.gate = c.sink = true;
+  check_backward(c);
+  c.deterministic = true;
+  check_backward(c);
+}
+
+TEST(Backward, ManyBatchHeads) {
+  FLASHGATE_REQUIRE_GPU();
+  AttentionConfig c = base(DType::f16, 16, 16);
+  c.batch = 4100;  // B * HQ = 65600
+  c.seqlen = 3;
+  c.heads = 16;
+  c.kv_heads = 4;
+  c.gate = c.sink = true;
+  check_backward(c);
+  c.deterministic = true;
+  check_backward(c);
+}
+
+// Tensors over 2^31 elements (64-bit offsets): q, o, dout, dq hold 2^31 + elements. Needs ~40 GB of host
+// and ~20 GB of GPU memory, so it runs only with FLASHGATE_SLOW_TESTS=1.
+TEST(Backward, Over2To31Elements) {
+  FLASHGATE_REQUIRE_GPU();
+  const char* slow = std::getenv("FLASHGATE_SLOW_TESTS");
+  if (!slow || std::string(slow) != "1") GTEST_SKIP() << "set FLASHGATE_SLOW_TESTS=1 (needs ~40 GB host memory)";
+  AttentionConfig c = base(DType::bf16, 64, 64);
+  c.heads = 64;
+  c.kv_heads = 1;
+  c.packed.assign(65600, 8);  // 524800 tokens * 64 heads * 64 = 2^31 + 2^21 elements per q-sized tensor
+  c.sink = true;
+  check_backward(c);
+}
+
+}  // namespace
