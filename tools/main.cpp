@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "flashgate/flashgate.h"
+#include "bench.h"
 #include "options.h"
 #include "run_op.h"
 
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
       std::printf("%s", usage());
       return 0;
     }
+    if (command == "bench") return run_bench(args);
     if (command != "run") throw UsageError{"unknown command '" + command + "'"};
     return run_op(parse_run_options(args));
   } catch (const UsageError& e) {

@@ -11,6 +11,7 @@ namespace flashgate::cli {
 
 const char* usage() {
   return R"(usage: flashgate run [--op forward|backward|decode|paged] [options]
+       flashgate bench [--rows TEXT] [--backend B] [--iters N]
        flashgate version
 
 Runs one op on fresh random inputs on the chosen backend, checks it against the fp64 CPU reference
@@ -25,6 +26,7 @@ features: --gate  --sink  --window W  --scale S
           --fp8 per-tensor|per-token   paged: fp8 e4m3 KV cache with fp32 scales
           --deterministic      backward: bitwise reproducible gradients
 run:      --dtype bf16|fp16|fp32  --backend auto|cpu|cuda|hopper  --iters N  --seed S  --no-check
+bench:    runs the rows of bench/rows.txt (flashgate alone; bench/run.py compares with peers)
 exit:     0 passed, 1 error above tolerance, 2 bad usage, 3 library error
 )";
 }

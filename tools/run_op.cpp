@@ -14,16 +14,6 @@
 namespace flashgate::cli {
 namespace {
 
-struct Outcome {
-  std::vector<std::pair<std::string, double>> errors;  // output name -> relative RMS
-  double tolerance = 0.005;
-  bool passed() const {
-    for (auto& e : errors)
-      if (!(e.second <= tolerance)) return false;
-    return true;
-  }
-};
-
 int64_t pick(int64_t asked, int64_t gpu_default, int64_t cpu_default, bool gpu) {
   return asked ? asked : (gpu ? gpu_default : cpu_default);
 }
@@ -34,7 +24,7 @@ double tolerance_for(DType dtype, std::optional<float> scale, int64_t K) {
   return dtype == DType::bf16 && peaked ? 0.01 : 0.005;
 }
 
-void compare(Outcome& out, const char* name, const harness::OwnedTensor& got, const harness::OwnedTensor& ref) {
+void compare(RunResult& out, const char* name, const harness::OwnedTensor& got, const harness::OwnedTensor& ref) {
   if (got.defined()) out.errors.emplace_back(name, harness::relative_rms(got.values(), ref.values()));
 }
 
@@ -57,14 +47,21 @@ std::vector<int64_t> context_lengths(const RunOptions& o, bool gpu) {
   return std::vector<int64_t>(pick(o.batch, 8, 3, gpu), pick(o.seqlen, 4096, 300, gpu));
 }
 
-void print_rate(double amount, const harness::Timing& t, double unit, const char* name) {
-  std::printf("time: %.4f ms (median of %d, min %.4f)   %.1f %s\n", t.median_ms, t.iterations, t.min_ms,
-              amount / (t.median_ms * 1e-3) / unit, name);
+void set_rate(RunResult& r, double amount, const harness::Timing& t, double unit, const char* name) {
+  r.median_ms = t.median_ms;
+  r.rate = amount / (t.median_ms * 1e-3) / unit;
+  r.unit = name;
 }
 
 }  // namespace
 
-int run_op(const RunOptions& o) {
+bool RunResult::passed() const {
+  for (auto& e : errors)
+    if (!(e.second <= tolerance)) return false;
+  return true;
+}
+
+RunResult execute(const RunOptions& o, bool quiet) {
   const bool gpu = o.backend == Backend::cpu ? false : (o.backend != Backend::automatic || cuda_available());
   const Device device = gpu ? Device::cuda : Device::cpu;
   const int iters = o.iterations ? o.iterations : (gpu ? 20 : 1);
@@ -73,26 +70,27 @@ int run_op(const RunOptions& o) {
   Launch launch;
   launch.backend = o.backend;
 
-  std::printf("flashgate %s  device: %s  backend asked: %s  seed: %llu\n", version(),
-              gpu ? harness::gpu_description().c_str() : "cpu", backend_name(o.backend),
-              static_cast<unsigned long long>(seed));
-  Outcome outcome;
+  if (!quiet)
+    std::printf("flashgate %s  device: %s  backend asked: %s  seed: %llu\n", version(),
+                gpu ? harness::gpu_description().c_str() : "cpu", backend_name(o.backend),
+                static_cast<unsigned long long>(seed));
+  RunResult outcome;
+  outcome.checked = o.check;
 
   if (o.op == Op::forward || o.op == Op::backward) {
     const harness::AttentionConfig cfg = attention_config(o, gpu);
     const harness::AttentionCase host = harness::AttentionCase::random(cfg, rng);
     harness::AttentionCase run = host.to(device);
-    std::printf("op: %s  problem: %s\n", o.op == Op::forward ? "attention_forward" : "attention_backward",
-                cfg.describe().c_str());
+    outcome.problem = std::string(o.op == Op::forward ? "attention_forward " : "attention_backward ") + cfg.describe();
     const double fwd_flops = 2.0 * cfg.heads * cfg.pairs() * (cfg.head_dim + cfg.v_dim);
     harness::Timing t;
     if (o.op == Op::forward) {
       t = harness::time_calls(device, gpu ? 3 : 0, iters, [&] { attention_forward(run.forward_args(), launch); });
-      print_rate(fwd_flops, t, 1e12, "TFLOP/s");
+      set_rate(outcome, fwd_flops, t, 1e12, "TFLOP/s");
     } else {
       attention_forward(run.forward_args(), launch);
       t = harness::time_calls(device, gpu ? 3 : 0, iters, [&] { attention_backward(run.backward_args(), launch); });
-      print_rate(2.5 * fwd_flops, t, 1e12, "TFLOP/s (2.5x forward FLOPs)");
+      set_rate(outcome, 2.5 * fwd_flops, t, 1e12, "TFLOP/s (2.5x forward FLOPs)");
     }
     if (o.check) {
       harness::AttentionCase ref = host.to_f64();
@@ -119,14 +117,14 @@ int run_op(const RunOptions& o) {
     cfg.dtype = o.dtype, cfg.gate = o.gate, cfg.sink = o.sink, cfg.window = o.window, cfg.scale = o.scale;
     const harness::DecodeCase host = harness::DecodeCase::random(cfg, rng);
     harness::DecodeCase run = host.to(device);
-    std::printf("op: decode  problem: %s\n", cfg.describe().c_str());
+    outcome.problem = cfg.describe();
     double bytes = 0;
     for (int64_t L : cfg.seqlens)
       bytes += static_cast<double>(o.window ? std::min<int64_t>(L, *o.window) : L) * cfg.kv_heads *
                (cfg.head_dim + cfg.v_dim) * dtype_size(cfg.dtype);
     const harness::Timing t =
         harness::time_calls(device, gpu ? 3 : 0, iters, [&] { decode(run.args(), launch); });
-    print_rate(bytes, t, 1e9, "GB/s of K/V read");
+    set_rate(outcome, bytes, t, 1e9, "GB/s of K/V read");
     if (o.check) {
       harness::DecodeCase ref = host.to_f64();
       decode(ref.args(), Launch{Backend::cpu});
@@ -149,10 +147,10 @@ int run_op(const RunOptions& o) {
     }
     const harness::PagedCase host = harness::PagedCase::random(cfg, rng);
     harness::PagedCase run = host.to(device);
-    std::printf("op: paged_attention  problem: %s\n", cfg.describe().c_str());
+    outcome.problem = cfg.describe();
     const harness::Timing t =
         harness::time_calls(device, gpu ? 3 : 0, iters, [&] { paged_attention(run.args(), launch); });
-    print_rate(host.kv_bytes_read(), t, 1e9, "GB/s of K/V read");
+    set_rate(outcome, host.kv_bytes_read(), t, 1e9, "GB/s of K/V read");
     if (o.check) {
       harness::PagedCase ref = host.to_f64();
       paged_attention(ref.args(), Launch{Backend::cpu});
@@ -160,14 +158,23 @@ int run_op(const RunOptions& o) {
     }
   }
 
-  if (!o.check) {
+  if (!quiet) {
+    std::printf("op: %s\ntime: %.4f ms (median of %d)   %.1f %s\n", outcome.problem.c_str(), outcome.median_ms, iters,
+                outcome.rate, outcome.unit);
+  }
+  return outcome;
+}
+
+int run_op(const RunOptions& o) {
+  const RunResult r = execute(o);
+  if (!r.checked) {
     std::printf("check: skipped (--no-check)\n");
     return 0;
   }
   std::printf("check vs fp64 reference (relative RMS):");
-  for (auto& e : outcome.errors) std::printf("  %s %.3e", e.first.c_str(), e.second);
-  std::printf("   tolerance %.3g  %s\n", outcome.tolerance, outcome.passed() ? "PASS" : "FAIL");
-  return outcome.passed() ? 0 : 1;
+  for (auto& e : r.errors) std::printf("  %s %.3e", e.first.c_str(), e.second);
+  std::printf("   tolerance %.3g  %s\n", r.tolerance, r.passed() ? "PASS" : "FAIL");
+  return r.passed() ? 0 : 1;
 }
 
 }  // namespace flashgate::cli
