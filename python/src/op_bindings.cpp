@@ -166,7 +166,8 @@ PagedArgs paged_args(TensorScope& s, const PagedTensors& t, const OptScale& scal
 }  // namespace
 
 void bind_ops(nb::module_& m) {
-  auto none = nb::none();
+  const auto none = nb::none();
+  // Positional tensors accept None too, so that a missing one is reported by name from C++.
 
   // ---- attention_forward -----------------------------------------------------------------------------
   m.def(
@@ -178,9 +179,9 @@ void bind_ops(nb::module_& m) {
         const ForwardArgs a = forward_args(s, q, k, v, o, lse, g, sink, cu_seqlens, scale, window, validate);
         run(s, a, {backend, stream, workspace}, &attention_forward);
       },
-      "q"_a, "k"_a, "v"_a, "o"_a, nb::kw_only(), "lse"_a = none, "g"_a = none, "sink"_a = none,
-      "cu_seqlens"_a = none, "scale"_a = none, "window"_a = none, "validate"_a = true, "backend"_a = "auto",
-      "stream"_a = 0, "workspace"_a = none,
+      "q"_a.none(), "k"_a.none(), "v"_a.none(), "o"_a.none(), nb::kw_only(),
+      "lse"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none, "window"_a = none,
+      "validate"_a = true, "backend"_a = "auto", "stream"_a = 0, "workspace"_a = none,
       "SPEC 3: o (and lse) of causal attention. " FLASHGATE_CALL_DOC);
   m.def(
       "attention_forward_workspace_size",
@@ -189,8 +190,9 @@ void bind_ops(nb::module_& m) {
         TensorScope s("attention_forward");
         return size_of(forward_args(s, q, k, v, o, lse, g, sink, cu_seqlens, scale, window, false), backend);
       },
-      "q"_a, "k"_a, "v"_a, "o"_a, nb::kw_only(), "lse"_a = none, "g"_a = none, "sink"_a = none,
-      "cu_seqlens"_a = none, "scale"_a = none, "window"_a = none, "backend"_a = "auto",
+      "q"_a.none(), "k"_a.none(), "v"_a.none(), "o"_a.none(), nb::kw_only(),
+      "lse"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none, "window"_a = none,
+      "backend"_a = "auto",
       "Scratch bytes attention_forward needs for these arguments.");
 
   // ---- attention_backward ----------------------------------------------------------------------------
@@ -206,8 +208,9 @@ void bind_ops(nb::module_& m) {
             validate);
         run(s, a, {backend, stream, workspace}, &attention_backward);
       },
-      "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a, nb::kw_only(), "dg"_a = none,
-      "dsink"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none,
+      "q"_a.none(), "k"_a.none(), "v"_a.none(), "o"_a.none(), "lse"_a.none(), "dout"_a.none(), "dq"_a.none(),
+      "dk"_a.none(), "dv"_a.none(), nb::kw_only(),
+      "dg"_a = none, "dsink"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none,
       "window"_a = none, "deterministic"_a = false, "validate"_a = true, "backend"_a = "auto", "stream"_a = 0,
       "workspace"_a = none,
       "SPEC 4: dq, dk, dv (and dg, dsink) of attention_forward. " FLASHGATE_CALL_DOC);
@@ -221,8 +224,9 @@ void bind_ops(nb::module_& m) {
                                      window, deterministic, false),
                        backend);
       },
-      "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "dout"_a, "dq"_a, "dk"_a, "dv"_a, nb::kw_only(), "dg"_a = none,
-      "dsink"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none,
+      "q"_a.none(), "k"_a.none(), "v"_a.none(), "o"_a.none(), "lse"_a.none(), "dout"_a.none(), "dq"_a.none(),
+      "dk"_a.none(), "dv"_a.none(), nb::kw_only(),
+      "dg"_a = none, "dsink"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none,
       "window"_a = none, "deterministic"_a = false, "backend"_a = "auto",
       "Scratch bytes attention_backward needs for these arguments.");
 
@@ -236,9 +240,9 @@ void bind_ops(nb::module_& m) {
         const DecodeArgs a = decode_args(s, q, k, v, cu_seqlens, o, g, sink, scale, window, gate_scale, validate);
         run(s, a, {backend, stream, workspace}, &decode);
       },
-      "q"_a, "k"_a, "v"_a, "cu_seqlens"_a, "o"_a, nb::kw_only(), "g"_a = none, "sink"_a = none,
-      "scale"_a = none, "window"_a = none, "gate_scale"_a = false, "validate"_a = true, "backend"_a = "auto",
-      "stream"_a = 0, "workspace"_a = none,
+      "q"_a.none(), "k"_a.none(), "v"_a.none(), "cu_seqlens"_a.none(), "o"_a.none(), nb::kw_only(),
+      "g"_a = none, "sink"_a = none, "scale"_a = none, "window"_a = none, "gate_scale"_a = false,
+      "validate"_a = true, "backend"_a = "auto", "stream"_a = 0, "workspace"_a = none,
       "SPEC 5: one query per packed sequence. " FLASHGATE_CALL_DOC);
   m.def(
       "decode_workspace_size",
@@ -247,8 +251,9 @@ void bind_ops(nb::module_& m) {
         TensorScope s("decode");
         return size_of(decode_args(s, q, k, v, cu_seqlens, o, g, sink, scale, window, gate_scale, false), backend);
       },
-      "q"_a, "k"_a, "v"_a, "cu_seqlens"_a, "o"_a, nb::kw_only(), "g"_a = none, "sink"_a = none,
-      "scale"_a = none, "window"_a = none, "gate_scale"_a = false, "backend"_a = "auto",
+      "q"_a.none(), "k"_a.none(), "v"_a.none(), "cu_seqlens"_a.none(), "o"_a.none(), nb::kw_only(),
+      "g"_a = none, "sink"_a = none, "scale"_a = none, "window"_a = none, "gate_scale"_a = false,
+      "backend"_a = "auto",
       "Scratch bytes decode needs for these arguments.");
 
   // ---- paged_attention ---------------------------------------------------------------------------------
@@ -264,7 +269,8 @@ void bind_ops(nb::module_& m) {
             window, validate);
         run(s, a, {backend, stream, workspace}, &paged_attention);
       },
-      "q"_a, "k_cache"_a, "v_cache"_a, "block_table"_a, "seq_lens_k"_a, "cu_seqlens_q"_a, "o"_a, nb::kw_only(),
+      "q"_a.none(), "k_cache"_a.none(), "v_cache"_a.none(), "block_table"_a.none(), "seq_lens_k"_a.none(),
+      "cu_seqlens_q"_a.none(), "o"_a.none(), nb::kw_only(),
       "sink"_a = none, "k_scale"_a = none, "v_scale"_a = none, "scale"_a = none, "window"_a = none,
       "validate"_a = true, "backend"_a = "auto", "stream"_a = 0, "workspace"_a = none,
       "SPEC 6: packed queries over a paged KV cache (fp8 caches as (tensor, 'float8_e4m3fn')). " FLASHGATE_CALL_DOC);
@@ -279,9 +285,11 @@ void bind_ops(nb::module_& m) {
                                   scale, window, false),
                        backend);
       },
-      "q"_a, "k_cache"_a, "v_cache"_a, "block_table"_a, "seq_lens_k"_a, "cu_seqlens_q"_a, "o"_a, nb::kw_only(),
+      "q"_a.none(), "k_cache"_a.none(), "v_cache"_a.none(), "block_table"_a.none(), "seq_lens_k"_a.none(),
+      "cu_seqlens_q"_a.none(), "o"_a.none(), nb::kw_only(),
       "sink"_a = none, "k_scale"_a = none, "v_scale"_a = none, "scale"_a = none, "window"_a = none,
-      "backend"_a = "auto", "Scratch bytes paged_attention needs for these arguments.");
+      "backend"_a = "auto",
+      "Scratch bytes paged_attention needs for these arguments.");
 }
 
 }  // namespace flashgate::python
