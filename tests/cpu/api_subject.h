@@ -41,6 +41,7 @@ struct OpTraits;
 
 template <>
 struct OpTraits<ForwardArgs> {
+  static std::vector<std::string> outputs() { return {"o", "lse"}; }
   static constexpr const char* name = "attention_forward";
   static void run(const ForwardArgs& a, const Launch& l) { flashgate::attention_forward(a, l); }
   static std::vector<std::pair<const char*, Tensor*>> fields(ForwardArgs& a) {
@@ -51,6 +52,7 @@ struct OpTraits<ForwardArgs> {
 
 template <>
 struct OpTraits<BackwardArgs> {
+  static std::vector<std::string> outputs() { return {"dq", "dk", "dv", "dg", "dsink"}; }
   static constexpr const char* name = "attention_backward";
   static void run(const BackwardArgs& a, const Launch& l) { flashgate::attention_backward(a, l); }
   static std::vector<std::pair<const char*, Tensor*>> fields(BackwardArgs& a) {
@@ -62,6 +64,7 @@ struct OpTraits<BackwardArgs> {
 
 template <>
 struct OpTraits<DecodeArgs> {
+  static std::vector<std::string> outputs() { return {"o"}; }
   static constexpr const char* name = "decode";
   static void run(const DecodeArgs& a, const Launch& l) { flashgate::decode(a, l); }
   static std::vector<std::pair<const char*, Tensor*>> fields(DecodeArgs& a) {
@@ -72,6 +75,7 @@ struct OpTraits<DecodeArgs> {
 
 template <>
 struct OpTraits<PagedArgs> {
+  static std::vector<std::string> outputs() { return {"o"}; }
   static constexpr const char* name = "paged_attention";
   static void run(const PagedArgs& a, const Launch& l) { flashgate::paged_attention(a, l); }
   static std::vector<std::pair<const char*, Tensor*>> fields(PagedArgs& a) {
@@ -222,6 +226,31 @@ class Subject {
     v.shape[0] -= 1;
     v.data = static_cast<char*>(v.data) + 1;
   }
+  // The same values over storage with `pad` unused elements after every last-axis row (strided rows).
+  void pad_rows(const std::string& name, int64_t pad) {
+    const OwnedTensor& old = owner_.at(name);
+    OwnedTensor t(old.view().dtype, shape_of(old.view()), Device::cpu, pad);
+    t.poison();
+    t.set_values(old.values());
+    attach(name, t);
+  }
+  // The same logical tensor over storage whose axes `a` and `b` are swapped (a permuted, non-contiguous
+  // layout; a != last axis, b != last axis); its contents are poisoned (meant for outputs).
+  void swap_storage_axes(const std::string& name, int a, int b) {
+    const Tensor f = field(name);
+    std::vector<int64_t> shape = shape_of(f);
+    std::swap(shape[a], shape[b]);
+    OwnedTensor t(f.dtype, shape);
+    t.poison();
+    attach(name, t);
+    Tensor& v = field(name);
+    std::swap(v.shape[a], v.shape[b]);
+    std::swap(v.stride[a], v.stride[b]);
+  }
+  // Values of the storage behind a field (all its elements, in storage order).
+  std::vector<double> storage_values(const std::string& name) const { return owner_.at(name).values(); }
+  bool has_storage(const std::string& name) const { return owner_.count(name) > 0; }
+
   // Stride changes that stay inside the field's storage.
   void zero_stride(const std::string& name, int axis) { field(name).stride[axis] = 0; }
   void negate_stride(const std::string& name, int axis) {
@@ -235,6 +264,15 @@ class Subject {
   void label_device(const std::string& name, Device device, int index = 0) {
     field(name).device = device;
     field(name).device_index = index;
+  }
+  // Exchanges two fields' views (and what the subject knows of their storage).
+  void swap_fields(const std::string& a, const std::string& b) {
+    std::swap(field(a), field(b));
+    OwnedTensor* oa = owner_.count(a) ? &owner_.at(a) : nullptr;
+    OwnedTensor* ob = owner_.count(b) ? &owner_.at(b) : nullptr;
+    if (oa && ob) std::swap(*oa, *ob);
+    else if (oa) owner_[b] = *oa, owner_.erase(a);
+    else if (ob) owner_[a] = *ob, owner_.erase(b);
   }
   // Every present tensor on the GPU: real copies when a GPU is usable, else host memory labelled cuda (then
   // only for requests that must be rejected before anything is read or launched).
@@ -299,8 +337,8 @@ inline Subject<PagedArgs> paged_subject(const flashgate::harness::PagedCase& c, 
 
 // ---- expectations ----------------------------------------------------------------------------------------
 
-// What a rejected call must show: the error kind, the argument it names, and (for argument rules) the
-// message prefix "flashgate: <op>: <argument>: ".
+// What a rejected call must show: the error kind, the argument it names, and (with op_prefix) the message
+// prefix "flashgate: <op>: <argument>" followed by ':' or ' '; else just "flashgate: ".
 struct Rejection {
   std::string argument;
   ErrorKind kind = ErrorKind::invalid_argument;
@@ -333,8 +371,11 @@ std::string expect_rejected(const Subject<Args>& s, const Rejection& want) {
     EXPECT_EQ(e.argument(), want.argument) << "message: " << message;
     EXPECT_EQ(kind_name(e.kind()), std::string(kind_name(want.kind))) << "message: " << message;
     EXPECT_NE(message.find(want.argument), std::string::npos) << "message does not name the argument: " << message;
-    const std::string prefix = std::string("flashgate: ") + (want.op_prefix ? s.op() + std::string(": ") + want.argument + ": " : "");
-    EXPECT_EQ(message.rfind(prefix, 0), 0u) << "message should start with '" << prefix << "': " << message;
+    const std::string prefix = std::string("flashgate: ") + (want.op_prefix ? s.op() + std::string(": ") + want.argument : "");
+    const bool starts = message.rfind(prefix, 0) == 0 &&
+                        (!want.op_prefix || (message.size() > prefix.size() && (message[prefix.size()] == ':' ||
+                                                                                message[prefix.size()] == ' ')));
+    EXPECT_TRUE(starts) << "message should start with '" << prefix << "': " << message;
   }
   EXPECT_TRUE(before == s.snapshot()) << s.op() << ": a rejected call changed tensor bytes";
 
@@ -364,6 +405,22 @@ bool expect_accepted(const Subject<Args>& s) {
     if (is_reference_stub(e)) return false;
     ADD_FAILURE() << s.op() << ": rejected a valid call: " << e.what();
     return false;
+  }
+  return true;
+}
+
+// expect_accepted, and when the op really ran, every output element was written (none still holds the NaN
+// poison; -inf is a legal lse). Returns whether it ran.
+template <class Args>
+bool expect_valid(Subject<Args>& s) {
+  if (!expect_accepted(s)) return false;
+  for (const std::string& name : OpTraits<Args>::outputs()) {
+    if (!s.field(name).defined() || !s.has_storage(name)) continue;
+    for (double x : s.storage_values(name))
+      if (x != x) {
+        ADD_FAILURE() << s.op() << ": output " << name << " has NaN (unwritten or computed) after a valid call";
+        break;
+      }
   }
   return true;
 }

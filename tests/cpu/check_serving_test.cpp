@@ -3,16 +3,11 @@
 #include <string>
 #include <vector>
 
-#include "api_subject.h"
+#include "small_bases.h"
 
 namespace fgtest {
 namespace {
 
-using flashgate::detail::ScaleMode;
-using flashgate::harness::DecodeCase;
-using flashgate::harness::DecodeConfig;
-using flashgate::harness::PagedCase;
-using flashgate::harness::PagedConfig;
 
 constexpr ErrorKind kShape = ErrorKind::invalid_argument;
 constexpr ErrorKind kType = ErrorKind::wrong_type;
@@ -20,28 +15,6 @@ const float kNaN = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
 
 // ---- decode -----------------------------------------------------------------------------------------------
-
-// Lengths {3,0,4}: cu_seqlens [0,3,3,7], N=3, T=7; HQ=4 H=2 K=8 V=6, fp32, gate and sink.
-DecodeConfig decode_config() {
-  DecodeConfig cfg;
-  cfg.seqlens = {3, 0, 4};
-  cfg.heads = 4, cfg.kv_heads = 2, cfg.head_dim = 8, cfg.v_dim = 6;
-  cfg.dtype = DType::f32;
-  cfg.gate = cfg.sink = true;
-  return cfg;
-}
-
-Subject<DecodeArgs> decode_base(uint64_t seed) {
-  Rng rng(seed);
-  return decode_subject(DecodeCase::random(decode_config(), rng), seed);
-}
-
-Subject<DecodeArgs> decode_f64(uint64_t seed) {
-  DecodeConfig cfg = decode_config();
-  cfg.dtype = DType::f64;
-  Rng rng(seed);
-  return decode_subject(DecodeCase::random(cfg, rng), seed);
-}
 
 using DS = Subject<DecodeArgs>;
 
@@ -120,7 +93,7 @@ std::vector<Rule<DecodeArgs>> decode_rules() {
       drule("o_zero_stride", "o", [](DS& s) { s.zero_stride("o", 1); }),
       drule("o_overlapping_strides", "o", [](DS& s) { s.field("o").stride[0] = 6; }),
       drule("v_on_another_device", "v", [](DS& s) { s.label_device("v", Device::cuda); }, kType),
-      drule("float64_on_gpu", "q", [](DS& s) { s.to_gpu(); }, kType, decode_f64),
+      drule("float64_on_gpu", "q", [](DS& s) { s.to_gpu(); }, kType, decode_f64_base),
   };
 }
 
@@ -129,40 +102,6 @@ TEST_P(DecodeRule, Rejects) { check_rule(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(Spec8, DecodeRule, testing::ValuesIn(decode_rules()), rule_test_name<DecodeArgs>);
 
 // ---- paged_attention ----------------------------------------------------------------------------------------
-
-// Contexts {5,20,0} with queries {1,3,0}: block_size 16, max_blocks 2 (capacity 32 tokens), 3 used + 3 spare
-// blocks (num_blocks 6); HQ=4 H=2 K=V=8, fp32, sink. Unused table entries hold -1.
-PagedConfig paged_config() {
-  PagedConfig cfg;
-  cfg.context_lens = {5, 20, 0};
-  cfg.query_lens = {1, 3, 0};
-  cfg.heads = 4, cfg.kv_heads = 2, cfg.head_dim = 8, cfg.v_dim = 8;
-  cfg.block_size = 16;
-  cfg.spare_blocks = 3;
-  cfg.dtype = DType::f32;
-  cfg.sink = true;
-  return cfg;
-}
-
-Subject<PagedArgs> paged_base(uint64_t seed) {
-  Rng rng(seed);
-  return paged_subject(PagedCase::random(paged_config(), rng), seed);
-}
-
-Subject<PagedArgs> paged_fp8_per_token(uint64_t seed) {
-  PagedConfig cfg = paged_config();
-  cfg.fp8 = true;
-  cfg.scale_mode = ScaleMode::per_token;
-  Rng rng(seed);
-  return paged_subject(PagedCase::random(cfg, rng), seed);
-}
-
-Subject<PagedArgs> paged_f64(uint64_t seed) {
-  PagedConfig cfg = paged_config();
-  cfg.dtype = DType::f64;
-  Rng rng(seed);
-  return paged_subject(PagedCase::random(cfg, rng), seed);
-}
 
 using PS = Subject<PagedArgs>;
 
@@ -260,16 +199,16 @@ std::vector<Rule<PagedArgs>> paged_rules() {
               s.attach("v_scale", per_token);
             }),
       prule("k_scale_per_token_block_size", "k_scale", [](PS& s) { s.resize("k_scale", 2, 8); }, kShape,
-            paged_fp8_per_token),
+            paged_fp8_per_token_base),
       prule("v_scale_per_token_heads", "v_scale", [](PS& s) { s.resize("v_scale", 1, 4); }, kShape,
-            paged_fp8_per_token),
+            paged_fp8_per_token_base),
       prule("k_scale_per_token_cache_layout", "k_scale", [](PS& s) { s.reshape("k_scale", {6, 16, 2}); }, kShape,
-            paged_fp8_per_token),
-      prule("k_scale_rank", "k_scale", [](PS& s) { s.change_rank("k_scale"); }, kShape, paged_fp8_per_token),
+            paged_fp8_per_token_base),
+      prule("k_scale_rank", "k_scale", [](PS& s) { s.change_rank("k_scale"); }, kShape, paged_fp8_per_token_base),
       prule("v_scale_two_elements", "v_scale", [](PS& s) { s.reshape("v_scale", {2}); }, kShape,
-            paged_fp8_per_token),
-      prule("k_scale_half", "k_scale", [](PS& s) { s.retype("k_scale", DType::f16); }, kType, paged_fp8_per_token),
-      prule("v_scale_misaligned", "v_scale", [](PS& s) { s.misalign("v_scale"); }, kShape, paged_fp8_per_token),
+            paged_fp8_per_token_base),
+      prule("k_scale_half", "k_scale", [](PS& s) { s.retype("k_scale", DType::f16); }, kType, paged_fp8_per_token_base),
+      prule("v_scale_misaligned", "v_scale", [](PS& s) { s.misalign("v_scale"); }, kShape, paged_fp8_per_token_base),
       // layout and placement
       prule("q_head_axis_strided", "q", [](PS& s) { s.stride_last("q"); }),
       prule("k_cache_head_axis_strided", "k_cache", [](PS& s) { s.stride_last("k_cache"); }),
@@ -285,7 +224,7 @@ std::vector<Rule<PagedArgs>> paged_rules() {
       prule("k_cache_on_another_device", "k_cache", [](PS& s) { s.label_device("k_cache", Device::cuda); }, kType),
       prule("seq_lens_k_on_another_device", "seq_lens_k", [](PS& s) { s.label_device("seq_lens_k", Device::cuda); },
             kType),
-      prule("float64_on_gpu", "q", [](PS& s) { s.to_gpu(); }, kType, paged_f64),
+      prule("float64_on_gpu", "q", [](PS& s) { s.to_gpu(); }, kType, paged_f64_base),
   };
 }
 
@@ -297,10 +236,10 @@ TEST(ServingRuleBases, AreAccepted) {
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   expect_accepted(decode_base(seed));
-  expect_accepted(decode_f64(seed));
+  expect_accepted(decode_f64_base(seed));
   expect_accepted(paged_base(seed));
-  expect_accepted(paged_fp8_per_token(seed));
-  expect_accepted(paged_f64(seed));
+  expect_accepted(paged_fp8_per_token_base(seed));
+  expect_accepted(paged_f64_base(seed));
 }
 
 }  // namespace

@@ -6,64 +6,20 @@
 #include <string>
 #include <vector>
 
-#include "api_subject.h"
+#include "small_bases.h"
 
 namespace fgtest {
 namespace {
 
-using flashgate::harness::AttentionCase;
-using flashgate::harness::AttentionConfig;
-
 constexpr ErrorKind kShape = ErrorKind::invalid_argument;
 constexpr ErrorKind kType = ErrorKind::wrong_type;
-
-// B=2 T=5 HQ=4 H=2 K=8 V=6, fp32, gate and sink: every optional input present.
-AttentionConfig dense_config() {
-  AttentionConfig cfg;
-  cfg.batch = 2, cfg.seqlen = 5, cfg.heads = 4, cfg.kv_heads = 2, cfg.head_dim = 8, cfg.v_dim = 6;
-  cfg.dtype = DType::f32;
-  cfg.gate = cfg.sink = true;
-  return cfg;
-}
-
-// The same heads and dims, packed lengths {2,0,3}: cu_seqlens = [0,2,2,5], T=5.
-AttentionConfig packed_config() {
-  AttentionConfig cfg = dense_config();
-  cfg.packed = {2, 0, 3};
-  return cfg;
-}
-
-template <class Args>
-Subject<Args> subject_of(const AttentionCase& c, uint64_t seed);
-template <>
-Subject<ForwardArgs> subject_of(const AttentionCase& c, uint64_t seed) { return forward_subject(c, seed); }
-template <>
-Subject<BackwardArgs> subject_of(const AttentionCase& c, uint64_t seed) { return backward_subject(c, seed); }
-
-template <class Args>
-Subject<Args> dense(uint64_t seed) {
-  Rng rng(seed);
-  return subject_of<Args>(AttentionCase::random(dense_config(), rng), seed);
-}
-template <class Args>
-Subject<Args> packed(uint64_t seed) {
-  Rng rng(seed);
-  return subject_of<Args>(AttentionCase::random(packed_config(), rng), seed);
-}
-template <class Args>
-Subject<Args> dense_f64(uint64_t seed) {
-  AttentionConfig cfg = dense_config();
-  cfg.dtype = DType::f64;
-  Rng rng(seed);
-  return subject_of<Args>(AttentionCase::random(cfg, rng), seed);
-}
 
 template <class Args>
 using Break = std::function<void(Subject<Args>&)>;
 
 template <class Args>
 Rule<Args> rule(std::string name, std::string arg, Break<Args> breaks, ErrorKind kind = kShape,
-                Subject<Args> (*base)(uint64_t) = dense<Args>) {
+                Subject<Args> (*base)(uint64_t) = dense_base<Args>) {
   return Rule<Args>{std::move(name), Rejection{std::move(arg), kind, true}, std::move(breaks), base};
 }
 
@@ -82,7 +38,7 @@ std::vector<Rule<Args>> input_rules() {
       rule<Args>("v_rank", "v", [](S& s) { s.change_rank("v"); }),
       rule<Args>("g_rank", "g", [](S& s) { s.change_rank("g"); }),
       rule<Args>("sink_rank", "sink", [](S& s) { s.change_rank("sink"); }),
-      rule<Args>("cu_seqlens_rank", "cu_seqlens", [](S& s) { s.change_rank("cu_seqlens"); }, kShape, packed<Args>),
+      rule<Args>("cu_seqlens_rank", "cu_seqlens", [](S& s) { s.change_rank("cu_seqlens"); }, kShape, packed_base<Args>),
       // shapes against q [2,5,4,8]
       rule<Args>("k_batch", "k", [](S& s) { s.resize("k", 0, 3); }),
       rule<Args>("k_time", "k", [](S& s) { s.resize("k", 1, 6); }),
@@ -116,7 +72,7 @@ std::vector<Rule<Args>> input_rules() {
       rule<Args>("g_float64_with_fp32_q", "g", [](S& s) { s.retype("g", DType::f64); }, kType),
       rule<Args>("sink_half", "sink", [](S& s) { s.retype("sink", DType::f16); }, kType),
       rule<Args>("cu_seqlens_float", "cu_seqlens", [](S& s) { s.retype("cu_seqlens", DType::f32); }, kType,
-                 packed<Args>),
+                 packed_base<Args>),
       // scalars
       rule<Args>("window_negative", "window", [](S& s) { s.args.window = -1; }),
       rule<Args>("scale_nan", "scale", [nan](S& s) { s.args.scale = static_cast<float>(nan); }),
@@ -124,21 +80,21 @@ std::vector<Rule<Args>> input_rules() {
       rule<Args>("scale_minus_inf", "scale", [inf](S& s) { s.args.scale = static_cast<float>(-inf); }),
       // packed sequences: [0,2,2,5] valid
       rule<Args>("cu_seqlens_start", "cu_seqlens", [](S& s) { s.set_index("cu_seqlens", {3, 3, 4, 5}); }, kShape,
-                 packed<Args>),
+                 packed_base<Args>),
       rule<Args>("cu_seqlens_decreasing", "cu_seqlens", [](S& s) { s.set_index("cu_seqlens", {0, 3, 2, 5}); },
-                 kShape, packed<Args>),
+                 kShape, packed_base<Args>),
       rule<Args>("cu_seqlens_end_short", "cu_seqlens", [](S& s) { s.set_index("cu_seqlens", {0, 2, 2, 4}); },
-                 kShape, packed<Args>),
+                 kShape, packed_base<Args>),
       rule<Args>("cu_seqlens_end_long", "cu_seqlens", [](S& s) { s.set_index("cu_seqlens", {0, 2, 2, 6}); },
-                 kShape, packed<Args>),
+                 kShape, packed_base<Args>),
       rule<Args>("cu_seqlens_empty", "cu_seqlens", [](S& s) { s.reshape("cu_seqlens", {0}); }, kShape,
-                 packed<Args>),
+                 packed_base<Args>),
       rule<Args>("cu_seqlens_checked_on_host_without_validate", "cu_seqlens",
                  [](S& s) {
                    s.set_index("cu_seqlens", {0, 3, 2, 5});
                    s.args.validate = false;
                  },
-                 kShape, packed<Args>),
+                 kShape, packed_base<Args>),
       rule<Args>("cu_seqlens_with_batch_2", "cu_seqlens",
                  [](S& s) {
                    OwnedTensor cu(DType::i32, {2});
@@ -158,7 +114,7 @@ std::vector<Rule<Args>> input_rules() {
       rule<Args>("k_on_another_device", "k", [](S& s) { s.label_device("k", Device::cuda); }, kType),
       rule<Args>("sink_on_another_device_index", "sink", [](S& s) { s.label_device("sink", Device::cpu, 1); },
                  kType),
-      rule<Args>("float64_on_gpu", "q", [](S& s) { s.to_gpu(); }, kType, dense_f64<Args>),
+      rule<Args>("float64_on_gpu", "q", [](S& s) { s.to_gpu(); }, kType, dense_f64_base<Args>),
   };
   return r;
 }
@@ -251,12 +207,12 @@ INSTANTIATE_TEST_SUITE_P(Spec8, BackwardRule, testing::ValuesIn(backward_rules()
 TEST(AttentionRuleBases, AreAccepted) {
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  expect_accepted(dense<ForwardArgs>(seed));
-  expect_accepted(packed<ForwardArgs>(seed));
-  expect_accepted(dense_f64<ForwardArgs>(seed));
-  expect_accepted(dense<BackwardArgs>(seed));
-  expect_accepted(packed<BackwardArgs>(seed));
-  expect_accepted(dense_f64<BackwardArgs>(seed));
+  expect_accepted(dense_base<ForwardArgs>(seed));
+  expect_accepted(packed_base<ForwardArgs>(seed));
+  expect_accepted(dense_f64_base<ForwardArgs>(seed));
+  expect_accepted(dense_base<BackwardArgs>(seed));
+  expect_accepted(packed_base<BackwardArgs>(seed));
+  expect_accepted(dense_f64_base<BackwardArgs>(seed));
 }
 
 }  // namespace
