@@ -1,0 +1,65 @@
+// Reading and writing a checked host tensor view through its strides and dtype, in double. The reference
+// converts at this boundary only: everything inside it is fp64.
+#pragma once
+
+#include <cstdint>
+
+#include "common/host_dtype.h"
+#include "flashgate/tensor.h"
+
+namespace flashgate::cpu {
+
+class HostTensor {
+ public:
+  HostTensor() = default;
+  explicit HostTensor(const Tensor& t) : t_(t) {}
+
+  bool present() const { return t_.defined(); }
+  DType dtype() const { return t_.dtype; }
+
+  // Element offset of an index (one index per leading axis; missing trailing indices are 0).
+  template <class... I>
+  int64_t offset(I... idx) const {
+    int64_t off = 0;
+    int axis = 0;
+    ((off += static_cast<int64_t>(idx) * t_.stride[axis++]), ...);
+    return off;
+  }
+
+  template <class... I>
+  double get(I... idx) const { return host::load(t_.data, t_.dtype, offset(idx...)); }
+
+  template <class... I>
+  void set(double x, I... idx) const { host::store(t_.data, t_.dtype, offset(idx...), x); }
+
+  template <class... I>
+  int64_t index(I... idx) const { return host::load_index(t_.data, t_.dtype, offset(idx...)); }
+
+  // n elements of the contiguous last axis starting at the row addressed by the leading indices.
+  template <class... I>
+  void load_row(double* dst, int64_t n, I... lead) const {
+    const int64_t base = offset(lead...);
+    switch (t_.dtype) {  // one switch per row, not per element
+      case DType::f64: return copy_in(static_cast<const double*>(t_.data) + base, dst, n);
+      case DType::f32: return copy_in(static_cast<const float*>(t_.data) + base, dst, n);
+      default:
+        for (int64_t e = 0; e < n; ++e) dst[e] = host::load(t_.data, t_.dtype, base + e);
+    }
+  }
+
+  template <class... I>
+  void store_row(const double* src, int64_t n, I... lead) const {
+    const int64_t base = offset(lead...);
+    for (int64_t e = 0; e < n; ++e) host::store(t_.data, t_.dtype, base + e, src[e]);
+  }
+
+ private:
+  template <class T>
+  static void copy_in(const T* src, double* dst, int64_t n) {
+    for (int64_t e = 0; e < n; ++e) dst[e] = static_cast<double>(src[e]);
+  }
+
+  Tensor t_;
+};
+
+}  // namespace flashgate::cpu
