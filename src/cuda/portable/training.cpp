@@ -2,6 +2,7 @@
 // contract (fp16/bf16 tiled mma.sync kernels, fp32 and small-shared-memory GPUs on a SIMT kernel).
 #include <limits>
 
+#include "cuda/portable/backward.h"
 #include "cuda/portable/forward.h"
 #include "cuda/portable/training.h"
 
@@ -15,10 +16,9 @@ std::string cannot_run(const ForwardArgs&, const detail::AttentionProblem& p) {
 size_t workspace(const ForwardArgs& a, const detail::AttentionProblem& p) { return forward_workspace(a, p); }
 void run(const ForwardArgs& a, const detail::AttentionProblem& p, const Launch& l) { launch_forward(a, p, l); }
 
-// ---- backward: owned by the backward kernels (backward.h) once they land ----------------------------------
-static const char* kBackwardNotYet = "the portable backward kernels are not built yet";
-std::string cannot_run(const BackwardArgs&, const detail::AttentionProblem&) { return kBackwardNotYet; }
-size_t workspace(const BackwardArgs&, const detail::AttentionProblem&) { return 0; }
-void run(const BackwardArgs&, const detail::AttentionProblem&, const Launch&) {}
+// ---- backward: the backward kernels (backward.h) ------------------------------------------------------------
+std::string cannot_run(const BackwardArgs& a, const detail::AttentionProblem& p) { return backward_refusal(a, p); }
+size_t workspace(const BackwardArgs& a, const detail::AttentionProblem& p) { return backward_workspace(a, p); }
+void run(const BackwardArgs& a, const detail::AttentionProblem& p, const Launch& l) { launch_backward(a, p, l); }
 
 }  // namespace flashgate::portable
