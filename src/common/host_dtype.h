@@ -49,9 +49,16 @@ inline uint16_t double_to_half(double x) {
 inline double bf16_to_double(uint16_t b) { return bits_to_float(static_cast<uint32_t>(b) << 16); }
 
 inline uint16_t double_to_bf16(double x) {
-  const float f = static_cast<float>(x);  // double -> float rounding, then float -> bf16 rounding
+  if (std::isnan(x)) return 0x7fc0;
+  // Two roundings (double -> float -> bf16) must not round twice to nearest: 1 + 2^-8 + 2^-40 would become
+  // the tie 1 + 2^-8 and then 1. So double -> float rounds to odd (truncate, set the last bit if inexact),
+  // which keeps the information the nearest-even float -> bf16 step needs (float has 16 more bits).
+  float f = static_cast<float>(x);
   uint32_t u = float_to_bits(f);
-  if (std::isnan(f)) return 0x7fc0;
+  if (static_cast<double>(f) != x && !std::isinf(x)) {
+    if (std::fabs(static_cast<double>(f)) > std::fabs(x)) u -= 1;  // rounded away from zero: step back
+    u |= 1;
+  }
   u += 0x7fff + ((u >> 16) & 1);
   return static_cast<uint16_t>(u >> 16);
 }
