@@ -159,7 +159,7 @@ RunResult execute(const RunOptions& o, bool quiet) {
   }
 
   if (!quiet) {
-    std::printf("op: %s\ntime: %.4f ms (median of %d)   %.1f %s\n", outcome.problem.c_str(), outcome.median_ms, iters,
+    std::printf("op: %s\ntime: %.4f ms (median of %d)   %.4g %s\n", outcome.problem.c_str(), outcome.median_ms, iters,
                 outcome.rate, outcome.unit);
   }
   return outcome;
