@@ -304,18 +304,14 @@ std::string check_call(const Subject<Args>& s, bool& valid) {
     valid = true;
   } catch (const flashgate::Error& e) {
     const std::string message = e.what();
-    if (is_reference_stub(e)) {
-      valid = true;  // TEMPORARY: see is_reference_stub
-    } else {
-      if (sizing_error && *sizing_error != message)
-        return "workspace_size and the op disagree: '" + *sizing_error + "' vs '" + message + "'";
-      if (!(before == s.snapshot())) return "rejected ('" + message + "') but tensor bytes changed";
-      if (message.rfind("flashgate: ", 0) != 0) return "message lacks the 'flashgate: ' prefix: " + message;
-      if (e.kind() != ErrorKind::runtime && e.argument().empty()) return "the error names no argument: " + message;
-      if (message.find(e.argument()) == std::string::npos)
-        return "message does not contain the argument '" + e.argument() + "': " + message;
-      return "";
-    }
+    if (sizing_error && *sizing_error != message)
+      return "workspace_size and the op disagree: '" + *sizing_error + "' vs '" + message + "'";
+    if (!(before == s.snapshot())) return "rejected ('" + message + "') but tensor bytes changed";
+    if (message.rfind("flashgate: ", 0) != 0) return "message lacks the 'flashgate: ' prefix: " + message;
+    if (e.kind() != ErrorKind::runtime && e.argument().empty()) return "the error names no argument: " + message;
+    if (message.find(e.argument()) == std::string::npos)
+      return "message does not contain the argument '" + e.argument() + "': " + message;
+    return "";
   } catch (const std::exception& e) {
     return std::string("the op threw a non-flashgate exception: ") + e.what();
   } catch (...) {

@@ -26,7 +26,7 @@ class Edge : public testing::Test {
   }
   uint64_t seed() const { return seed_; }
 
-  // Forward on a case of `cfg`, then (when the forward really ran and so filled o and lse) the backward on
+  // Forward on a case of `cfg`, then (when it succeeded, filling o and lse) the backward on
   // the same tensors; `change` is applied to both subjects (a generic lambda taking Subject<Args>&).
   template <class F>
   void forward_and_backward(const AttentionConfig& cfg, F change) {
