@@ -59,6 +59,15 @@ __device__ __forceinline__ TileMapEntry tile_at(const TileSchedule& s, int64_t t
   if (s.map) return s.map[tile];
   return {static_cast<int32_t>(tile / s.tiles_per_seq), static_cast<int32_t>(tile % s.tiles_per_seq)};
 }
+
+// The same tiles in the order causal query tiles should start, longest work first: dense runs the last
+// tile of every sequence, then the one before, ...; packed runs the numbers backwards (the last tiles of
+// the later sequences first: an approximation that needs no sort).
+__device__ __forceinline__ TileMapEntry tile_longest_first(const TileSchedule& s, int64_t order) {
+  if (s.map) return s.map[s.num_tiles - 1 - order];
+  const int64_t seqs = s.num_tiles / s.tiles_per_seq;
+  return {static_cast<int32_t>(order % seqs), static_cast<int32_t>(s.tiles_per_seq - 1 - order / seqs)};
+}
 #endif
 
 }  // namespace flashgate::cuda

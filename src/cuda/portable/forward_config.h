@@ -33,6 +33,7 @@ struct ForwardTile {
   // Rows padded by 16 bytes: the 8 row addresses of one ldmatrix then hit 8 distinct bank quads.
   static constexpr int kQStride = KB + 8, kKStride = KB + 8, kVStride = VB + 8;
   static constexpr int kSmemQ = BM * kQStride, kSmemK = BN * kKStride, kSmemV = BN * kVStride;
+  // Plus the gate prefix sums of the key tile.
   static constexpr size_t kSmemBytes = (kSmemQ + kSmemK + kSmemV) * sizeof(T) + BN * sizeof(float);
   static_assert(VB <= KB && KB % 64 == 0 && VB % 16 == 0 && BN % 16 == 0, "tile shape");
 };
@@ -55,6 +56,12 @@ inline int forward_bucket(int K, int V) {
   if (K <= 256) return 256;
   return 512;
 }
+
+// Blocks of a tiled launch: one per (query tile, query head, V chunk); must stay <= kMaxGridItems.
+inline int64_t forward_grid_items(const AttentionParams& p, const TileSchedule& sched, int num_vchunks) {
+  return sched.num_tiles * p.HQ * num_vchunks;
+}
+constexpr int64_t kMaxGridItems = (int64_t{1} << 31) - 1;
 
 // Launches the mma.sync forward of bucket D on `sched` (tile_rows == the bucket's BM), `num_vchunks`
 // chunks of the bucket's VB value dims. Defined once per (T, D) in forward_instances/.

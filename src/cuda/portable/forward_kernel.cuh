@@ -20,6 +20,7 @@
 #include "cuda/common/visibility.h"
 #include "cuda/portable/forward_config.h"
 #include "cuda/ptx/cp_async.h"
+#include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/mma.h"
 
@@ -52,6 +53,10 @@ class ForwardBlock {
         sK_(sQ_ + Tile::kSmemQ),
         sV_(sK_ + Tile::kSmemK),
         sGk_(reinterpret_cast<float*>(sV_ + Tile::kSmemV)),
+        k_src_(p.k.template row<const T>(w.seq.batch, w.seq.start, w.kvh)),
+        v_src_(p.v.template row<const T>(w.seq.batch, w.seq.start, w.kvh) + w.v0),
+        gc_(p.has_gate ? p.gc_row(w.seq.batch, w.h) + w.seq.start : nullptr),
+        g_ref_(gc_ ? gc_[w.m0] : 0.f),
         tid_(threadIdx.x), lane_(threadIdx.x % 32), warp_row0_((threadIdx.x / 32) * MT * 16),
         k_active_(round_up16(p.K)), v_active_(round_up16(w.v_width)) {}
 
@@ -64,8 +69,6 @@ class ForwardBlock {
       for (int j = 0; j < kVT; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
 
     if (!w_.keys.empty()) {
-      float gq2[MT][2];
-      load_query_gates(gq2);
       const int first = w_.keys.begin / BN, last = (w_.keys.end - 1) / BN;
       load_q();
       load_k(last);
@@ -78,7 +81,7 @@ class ForwardBlock {
         float s[MT][kNT][4];
         scores(s);
         uint32_t pa[MT][BN / 16][4];
-        softmax(s, gq2, n * BN, rows, o, pa);
+        softmax(s, n * BN, rows, o, pa);
         ptx::cp_async_wait<0>();
         __syncthreads();  // V(n) visible to all; every warp is done with K(n)
         if (n > first) load_k(n - 1);
@@ -97,36 +100,21 @@ class ForwardBlock {
                                                                k_active_, tid_);
   }
 
+  // Key pointers advance from the sequence's key row 0: 64-bit, the tensors may span more than 2^31 elements.
   __device__ __forceinline__ void load_k(int n) {
     const int n0 = n * BN;
-    const T* src = p_.k.template row<const T>(w_.seq.batch, w_.seq.start + n0, w_.kvh);
-    load_tile<T, BN, KB, Tile::kKStride, Tile::kThreads>(sK_, src, p_.k.token_stride, w_.seq.len - n0, p_.K,
-                                                         k_active_, tid_);
-    if (p_.has_gate && tid_ < BN) {
-      const float* gk = p_.gc_row(w_.seq.batch, w_.h) + w_.seq.start + n0;
+    load_tile<T, BN, KB, Tile::kKStride, Tile::kThreads>(sK_, k_src_ + n0 * p_.k.token_stride, p_.k.token_stride,
+                                                         w_.seq.len - n0, p_.K, k_active_, tid_);
+    if (gc_ && tid_ < BN) {
       const bool valid = n0 + tid_ < w_.seq.len;
-      ptx::cp_async_4(sGk_ + tid_, valid ? gk + tid_ : gk, valid ? 4 : 0);
+      ptx::cp_async_4(sGk_ + tid_, gc_ + (valid ? n0 + tid_ : 0), valid ? 4 : 0);
     }
   }
 
   __device__ __forceinline__ void load_v(int n) {
     const int n0 = n * BN;
-    const T* src = p_.v.template row<const T>(w_.seq.batch, w_.seq.start + n0, w_.kvh) + w_.v0;
-    load_tile<T, BN, VB, Tile::kVStride, Tile::kThreads>(sV_, src, p_.v.token_stride, w_.seq.len - n0,
-                                                         w_.v_width, v_active_, tid_);
-  }
-
-  // Gc of this thread's query rows, in the exp2 domain (0 without a gate).
-  __device__ __forceinline__ void load_query_gates(float (&gq2)[MT][2]) const {
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = warp_row0_ + mt * 16 + lane_ / 4 + half * 8;
-        gq2[mt][half] = (p_.has_gate && r < w_.rows)
-                            ? p_.gc_row(w_.seq.batch, w_.h)[w_.seq.start + w_.m0 + r] * kLog2e
-                            : 0.f;
-      }
+    load_tile<T, BN, VB, Tile::kVStride, Tile::kThreads>(sV_, v_src_ + n0 * p_.v.token_stride, p_.v.token_stride,
+                                                         w_.seq.len - n0, w_.v_width, v_active_, tid_);
   }
 
   // ---- S = Q K^T ----------------------------------------------------------------------------------------
@@ -160,30 +148,18 @@ class ForwardBlock {
   }
 
   // ---- online softmax: scores -> P (as MMA A operands), rescaling o ------------------------------------------
-  __device__ __forceinline__ void softmax(float (&s)[MT][kNT][4], const float (&gq2)[MT][2], int n0, SoftmaxRow (&rows)[MT][2],
-                          float (&o)[MT][kVT][4], uint32_t (&pa)[MT][BN / 16][4]) const {
-    const bool masked = block_needs_mask(w_.m0, w_.m0 + Tile::BM, n0, n0 + BN, w_.seq.len, p_.window);
+  __device__ __forceinline__ void softmax(float (&s)[MT][kNT][4], int n0,
+                                          SoftmaxRow (&rows)[MT][2], float (&o)[MT][kVT][4],
+                                          uint32_t (&pa)[MT][BN / 16][4]) const {
+    to_log2_scores(s, n0);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-      float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < kNT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int half = e / 2;
-          const int col = j * 8 + (lane_ % 4) * 2 + e % 2;
-          float x = s[mt][j][e] * p_.scale_log2;
-          if (p_.has_gate) x += gq2[mt][half] - sGk_[col] * kLog2e;
-          if (masked) {
-            const int row = w_.m0 + warp_row0_ + mt * 16 + lane_ / 4 + half * 8;
-            if (!visible(row, n0 + col, w_.seq.len, p_.window)) x = -INFINITY;
-          }
-          s[mt][j][e] = x;
-          tile_max[half] = fmaxf(tile_max[half], x);
-        }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float factor = rows[mt][half].rescale(quad_max(tile_max[half]));
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) tile_max = fmaxf(tile_max, fmaxf(s[mt][j][2 * half], s[mt][j][2 * half + 1]));
+        const float factor = rows[mt][half].rescale(quad_max(tile_max));
 #pragma unroll
         for (int j = 0; j < kVT; ++j) {
           o[mt][j][2 * half] *= factor;
@@ -195,7 +171,7 @@ class ForwardBlock {
       for (int j = 0; j < kNT; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[mt][j][e] = exp2f(s[mt][j][e] - off[e / 2]);
+          s[mt][j][e] = ptx::exp2_ftz(s[mt][j][e] - off[e / 2]);
           rows[mt][e / 2].sum += s[mt][j][e];
         }
       // Score n-tiles 2k and 2k+1 form the A operand of P V's k-step k (PTX m16n8k16 fragment layout).
@@ -207,6 +183,33 @@ class ForwardBlock {
         pa[mt][k][3] = ptx::pack2<T>(s[mt][2 * k + 1][2], s[mt][2 * k + 1][3]);
       }
     }
+  }
+
+  // Raw dot products -> exp2-domain scores: times scale * log2(e), plus the key side of the gate term,
+  // -inf where hidden. The gate term Gc[i] - Gc[j] is split at g_ref = Gc[m0]: the key part
+  // -(Gc[j] - g_ref) goes in here, the row part Gc[i] - g_ref is a per-row constant that cancels in P and
+  // is added to the row max only at the end (epilogue). Both parts stay small where P matters, so fp32 keeps
+  // their precision, and the loop holds no per-row gate registers.
+  __device__ __forceinline__ void to_log2_scores(float (&s)[MT][kNT][4], int n0) const {
+    const bool masked = block_needs_mask(w_.m0, w_.m0 + Tile::BM, n0, n0 + BN, w_.seq.len, p_.window);
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int col = j * 8 + (lane_ % 4) * 2 + e2;
+        const float gk2 = gc_ ? (sGk_[col] - g_ref_) * kLog2e : 0.f;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            float& x = s[mt][j][2 * half + e2];
+            x = fmaf(x, p_.scale_log2, -gk2);
+            if (masked) {
+              const int row = w_.m0 + warp_row0_ + mt * 16 + lane_ / 4 + half * 8;
+              if (!visible(row, n0 + col, w_.seq.len, p_.window)) x = -INFINITY;
+            }
+          }
+      }
   }
 
   // ---- O += P V ---------------------------------------------------------------------------------------------
@@ -238,8 +241,10 @@ class ForwardBlock {
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const RowResult r = finish_row(rows[mt][half].max2, quad_sum(rows[mt][half].sum), p_.has_sink, sink);
         const int row = warp_row0_ + mt * 16 + lane_ / 4 + half * 8;
+        float max2 = rows[mt][half].max2;
+        if (gc_ && row < w_.rows && max2 != -INFINITY) max2 += (gc_[w_.m0 + row] - g_ref_) * kLog2e;
+        const RowResult r = finish_row(max2, quad_sum(rows[mt][half].sum), p_.has_sink, sink);
         if (p_.has_lse && w_.v0 == 0 && lane_ % 4 == 0 && row < w_.rows)
           *p_.lse.template row<float>(w_.seq.batch, w_.seq.start + w_.m0 + row, w_.h) = r.lse;
         T* dst = sQ_ + row * Tile::kQStride + (lane_ % 4) * 2;
@@ -261,36 +266,38 @@ class ForwardBlock {
   T* const sQ_;
   T* const sK_;
   T* const sV_;
-  float* const sGk_;
+  float* const sGk_;  // Gc of the key tile's keys (with a gate)
+  const T* const k_src_;
+  const T* const v_src_;
+  const float* const gc_;
+  const float g_ref_;  // Gc at the tile's first row (see to_log2_scores)
   const int tid_, lane_, warp_row0_;
   const int k_active_, v_active_;
 };
 
-// Work items run heaviest first: query tiles from the last, heads innermost (GQA neighbours share K/V in L2).
+// One block per work item (query tile x head x V chunk), heaviest first: the last query tiles of every
+// sequence, heads innermost (GQA neighbours share K/V in L2). The host keeps the item count within the
+// grid's x limit (2^31 - 1).
 template <class Tile>
 __global__ void __launch_bounds__(Tile::kThreads)
     forward_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ TileSchedule sched,
                    const int num_vchunks) {
   extern __shared__ __align__(16) unsigned char smem[];
-  const int64_t total = sched.num_tiles * p.HQ * num_vchunks;
-  for (int64_t item = blockIdx.x; item < total; item += gridDim.x) {
-    WorkItem w;
-    w.h = item % p.HQ;
-    const int64_t rest = item / p.HQ;
-    const int vchunk = static_cast<int>(rest % num_vchunks);
-    const TileMapEntry t = tile_at(sched, sched.num_tiles - 1 - rest / num_vchunks);
-    if (t.seq < 0) continue;
-    w.seq = sequence_span(p, t.seq);
-    w.m0 = t.tile * Tile::BM;
-    if (w.m0 >= w.seq.len) continue;
-    w.rows = min(Tile::BM, w.seq.len - w.m0);
-    w.kvh = w.h / p.group;
-    w.v0 = vchunk * Tile::VB;
-    w.v_width = min(Tile::VB, p.V - w.v0);
-    w.keys = keys_seen_by_rows(w.m0, w.m0 + w.rows, w.seq.len, p.window);
-    __syncthreads();  // the previous item's shared-memory reads are done
-    ForwardBlock<Tile>(p, w, smem).run();
-  }
+  WorkItem w;
+  w.h = blockIdx.x % p.HQ;
+  const int64_t rest = blockIdx.x / p.HQ;
+  const int vchunk = static_cast<int>(rest % num_vchunks);
+  const TileMapEntry t = tile_longest_first(sched, rest / num_vchunks);
+  if (t.seq < 0) return;
+  w.seq = sequence_span(p, t.seq);
+  w.m0 = t.tile * Tile::BM;
+  if (w.m0 >= w.seq.len) return;
+  w.rows = min(Tile::BM, w.seq.len - w.m0);
+  w.kvh = w.h / p.group;
+  w.v0 = vchunk * Tile::VB;
+  w.v_width = min(Tile::VB, p.V - w.v0);
+  w.keys = keys_seen_by_rows(w.m0, w.m0 + w.rows, w.seq.len, p.window);
+  ForwardBlock<Tile>(p, w, smem).run();
 }
 
 }  // namespace forward_detail
@@ -301,10 +308,9 @@ void launch_forward_bucket(const AttentionParams& p, const TileSchedule& sched, 
   const auto kernel = forward_detail::forward_kernel<Tile>;
   FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(Tile::kSmemBytes)));
-  const int64_t items = sched.num_tiles * p.HQ * num_vchunks;
+  const int64_t items = forward_grid_items(p, sched, num_vchunks);
   if (items == 0) return;
-  const unsigned grid = static_cast<unsigned>(items < (1ll << 31) - 1 ? items : (1ll << 31) - 1);
-  kernel<<<grid, Tile::kThreads, Tile::kSmemBytes, stream>>>(p, sched, num_vchunks);
+  kernel<<<static_cast<unsigned>(items), Tile::kThreads, Tile::kSmemBytes, stream>>>(p, sched, num_vchunks);
   FLASHGATE_CHECK_LAUNCH("forward_kernel");
 }
 
