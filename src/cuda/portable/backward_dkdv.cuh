@@ -18,7 +18,7 @@ namespace flashgate::cuda::bwd {
 
 template <class T, int kD>
 __global__ void __launch_bounds__(kMmaThreads, 1)
-    dkdv_kernel(BackwardParams p, TileSchedule key_tiles, int slices, bool with_dq) {
+    dkdv_kernel(BackwardParams p, TileSchedule key_tiles, int slices, int stages, bool with_dq) {
   using C = TileConfig<kD>;
   constexpr int kBc = C::kBc, kBr = C::kBr, kSlice = C::kSliceKV;
   constexpr int LD = kD + 8, LDP = kBc + 8;
@@ -27,14 +27,14 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   constexpr int QM = kBr / 16, QD = 8 / QM, QW = kSlice / QD, QCH = QW < 64 ? QW : 64;
   static_assert(SM * SN == 8 && WN * WD == 8 && QM * QD == 8 && NTD % 2 == 0 && QW % QCH == 0, "8 warps");
 
+  // Shared memory: K, V | stages x (Q, dO) | P, dS | column-sum partials [SM][kBc] (see dkdv_smem_bytes).
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + kBc * LD;
-  T* sQ = sV + kBc * LD;
-  T* sdO = sQ + kBr * LD;
-  T* sP = sdO + kBr * LD;
+  T* sQdO = sV + kBc * LD;  // stage s: Q at sQdO + s * 2*kBr*LD, dO right after it
+  T* sP = sQdO + stages * 2 * kBr * LD;
   T* sdS = sP + kBr * LDP;
-  float* sRed = reinterpret_cast<float*>(sdS + kBr * LDP);  // [SM][kBc] column-sum partials
+  float* sRed = reinterpret_cast<float*>(sdS + kBr * LDP);
 
   const AttentionParams& a = p.a;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
@@ -67,86 +67,110 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const int s_m0 = sm * 16, s_n0 = sn * NT * 8;
   const int kv_n0 = col0 + wd * NTD * 8;
 
+  // The loop runs over (query head of this part, query tile) steps; Q/dO of step `it` live in stage it % stages.
+  const KeySpan rows = rows_seeing_keys(j0, j0 + kBc, len, a.window);
+  const int tiles_per_head = rows.empty() ? 0 : (rows.end - rows.begin + kBr - 1) / kBr;
+  const int heads_per_part = static_cast<int>(a.group / p.head_parts);
+  const int64_t h_first = hk * a.group + part * heads_per_part;
+  const int steps = heads_per_part * tiles_per_head;
+  auto load_step = [&](int it, int stage) {
+    const int64_t h = h_first + it / tiles_per_head;
+    const int i0 = rows.begin + (it % tiles_per_head) * kBr;
+    T* q_dst = sQdO + stage * 2 * kBr * LD;
+    load_tile<T, kBr, kD, LD, kMmaThreads>(q_dst, a.q.row<T>(seq.batch, seq.start + i0, h), a.q.token_stride,
+                                           len - i0, a.K, p.K16, tid);
+    load_tile<T, kBr, kD, LD, kMmaThreads>(q_dst + kBr * LD, p.dout.row<T>(seq.batch, seq.start + i0, h),
+                                           p.dout.token_stride, len - i0, a.V, p.V16, tid);
+    ptx::cp_async_commit();
+  };
+  if (stages == 2 && steps > 0) load_step(0, 0);
+
   float dk[NTD][4], dv[NTD][4];
   zero(dk);
   zero(dv);
+  float col_terms[NT][2], colsum[NT][2];
 
-  const KeySpan rows = rows_seeing_keys(j0, j0 + kBc, len, a.window);
-  const int heads_per_part = static_cast<int>(a.group / p.head_parts);
-  const int64_t h_first = hk * a.group + part * heads_per_part;
-  for (int64_t h = h_first; h < h_first + heads_per_part; ++h) {
+  for (int it = 0; it < steps; ++it) {
+    const int64_t h = h_first + it / tiles_per_head;
+    const int i0 = rows.begin + (it % tiles_per_head) * kBr;
     const float* gc = a.has_gate ? a.gc_row(seq.batch, h) + seq.start : nullptr;
     const int64_t base = p.row_index(seq.batch, h, seq.start);
-    float col_terms[NT][2];
-    load_col_terms(col_terms, gc, j0 + s_n0 + 2 * c, len);
-    float colsum[NT][2] = {};
+    if (it % tiles_per_head == 0) {  // a new query head
+      load_col_terms(col_terms, gc, j0 + s_n0 + 2 * c, len);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) colsum[nt][0] = colsum[nt][1] = 0.f;
+    }
+    const RowTerms rt = load_row_terms(p, base, gc, i0 + s_m0 + g, len);
 
-    for (int i0 = rows.begin; i0 < rows.end; i0 += kBr) {
-      __syncthreads();  // the previous tile's readers of sQ, sdO, sP, sdS are done
-      load_tile<T, kBr, kD, LD, kMmaThreads>(sQ, a.q.row<T>(seq.batch, seq.start + i0, h), a.q.token_stride,
-                                             len - i0, a.K, p.K16, tid);
-      load_tile<T, kBr, kD, LD, kMmaThreads>(sdO, p.dout.row<T>(seq.batch, seq.start + i0, h),
-                                             p.dout.token_stride, len - i0, a.V, p.V16, tid);
-      ptx::cp_async_commit();
-      const RowTerms rt = load_row_terms(p, base, gc, i0 + s_m0 + g, len);
+    __syncthreads();  // the previous step's readers of its Q/dO stage and of sP, sdS are done
+    const int stage = stages == 2 ? it % 2 : 0;
+    if (stages == 1) {
+      load_step(it, 0);
       ptx::cp_async_wait<0>();
-      __syncthreads();
+    } else if (it + 1 < steps) {
+      load_step(it + 1, stage ^ 1);  // prefetch into the stage the previous step used
+      ptx::cp_async_wait<1>();
+    } else {
+      ptx::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* sQ = sQdO + stage * 2 * kBr * LD;
+    const T* sdO = sQ + kBr * LD;
 
-      float s[NT][4], dp[NT][4];
-      gemm_abt<T, NT>(s, sQ, sK, LD, s_m0, s_n0, p.K16 / 16, lane);
-      gemm_abt<T, NT>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
-      const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
-      float e[2] = {0.f, 0.f};
-      probs_and_grads(s, dp, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window, e);
-      if (with_dq && p.need_E && first_slice) {
+    float s[NT][4], dp[NT][4];
+    gemm_abt<T, NT>(s, sQ, sK, LD, s_m0, s_n0, p.K16 / 16, lane);
+    gemm_abt<T, NT>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
+    const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
+    float e[2] = {0.f, 0.f};
+    probs_and_grads(s, dp, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window, e);
+    if (with_dq && p.need_E && first_slice) {
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const float sum = quad_sum(e[hi]);
+        const int i = i0 + s_m0 + g + 8 * hi;
+        if (c == 0 && i < len) atomicAdd(&p.E[base + i], sum);
+      }
+    }
+    if (a.has_gate) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        colsum[nt][0] += dp[nt][0] + dp[nt][2];
+        colsum[nt][1] += dp[nt][1] + dp[nt][3];
+      }
+    }
+    store_fragment<T, NT>(sP, LDP, s, s_m0, s_n0, lane);
+    store_fragment<T, NT>(sdS, LDP, dp, s_m0, s_n0, lane);
+    __syncthreads();
+
+    gemm_atb<T, NTD, kBr>(dv, sP, LDP, sdO, LD, wn * 16, kv_n0, p.V16, lane);
+    gemm_atb<T, NTD, kBr>(dk, sdS, LDP, sQ, LD, wn * 16, kv_n0, p.K16, lane);
+
+    if (with_dq) {
+      // dQ[i0.., slice] += dS K: 64-column chunks, straight into the fp32 accumulator.
+#pragma unroll
+      for (int ch = 0; ch < QW / QCH; ++ch) {
+        const int n0 = col0 + qd * QW + ch * QCH;
+        if (n0 >= p.K16) break;
+        float acc[QCH / 8][4];
+        zero(acc);
+        gemm_ab<T, QCH / 8, kBc>(acc, sdS, LDP, sK, LD, qm * 16, n0, p.K16, lane);
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
-          const float sum = quad_sum(e[hi]);
-          const int i = i0 + s_m0 + g + 8 * hi;
-          if (c == 0 && i < len) atomicAdd(&p.E[base + i], sum);
-        }
-      }
-      if (a.has_gate) {
+          const int i = i0 + qm * 16 + g + 8 * hi;
+          if (i >= len) continue;
+          float* row = p.dq_acc + (base + i) * p.K16;
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          colsum[nt][0] += dp[nt][0] + dp[nt][2];
-          colsum[nt][1] += dp[nt][1] + dp[nt][3];
-        }
-      }
-      store_fragment<T, NT>(sP, LDP, s, s_m0, s_n0, lane);
-      store_fragment<T, NT>(sdS, LDP, dp, s_m0, s_n0, lane);
-      __syncthreads();
-
-      gemm_atb<T, NTD, kBr>(dv, sP, LDP, sdO, LD, wn * 16, kv_n0, p.V16, lane);
-      gemm_atb<T, NTD, kBr>(dk, sdS, LDP, sQ, LD, wn * 16, kv_n0, p.K16, lane);
-
-      if (with_dq) {
-        // dQ[i0.., slice] += dS K: 64-column chunks, straight into the fp32 accumulator.
-#pragma unroll
-        for (int ch = 0; ch < QW / QCH; ++ch) {
-          const int n0 = col0 + qd * QW + ch * QCH;
-          if (n0 >= p.K16) break;
-          float acc[QCH / 8][4];
-          zero(acc);
-          gemm_ab<T, QCH / 8, kBc>(acc, sdS, LDP, sK, LD, qm * 16, n0, p.K16, lane);
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            const int i = i0 + qm * 16 + g + 8 * hi;
-            if (i >= len) continue;
-            float* row = p.dq_acc + (base + i) * p.K16;
-#pragma unroll
-            for (int nt = 0; nt < QCH / 8; ++nt) {
-              const int col = n0 + nt * 8 + 2 * c;
-              if (col < p.K16) atomic_add_pair(row + col, acc[nt][2 * hi], acc[nt][2 * hi + 1]);
-            }
+          for (int nt = 0; nt < QCH / 8; ++nt) {
+            const int col = n0 + nt * 8 + 2 * c;
+            if (col < p.K16) atomic_add_pair(row + col, acc[nt][2 * hi], acc[nt][2 * hi + 1]);
           }
         }
       }
     }
 
-    if (a.has_gate && first_slice) {
-      // Column sums of dS over every row that sees the keys: over the 8 row groups of the warp, then over
-      // the SM warps of a column block, in a fixed order.
+    if (a.has_gate && first_slice && it % tiles_per_head == tiles_per_head - 1) {
+      // The head's column sums of dS over every row that sees the keys: over the 8 row groups of the warp,
+      // then over the SM warps of a column block, in a fixed order.
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -163,11 +187,19 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         for (int w = 0; w < SM; ++w) v += sRed[w * kBc + col];
         if (j0 + col < len) p.colsum[base + j0 + col] = v;
       }
-      __syncthreads();
+      // sRed is next written after at least one more __syncthreads (the next step's first).
     }
   }
-
   ptx::cp_async_wait<0>();  // K/V copies are still in flight when no query row sees these keys
+
+  // Keys that no query row sees (window 0) still get their zero column sums.
+  if (a.has_gate && first_slice && steps == 0) {
+    for (int64_t h = h_first; h < h_first + heads_per_part; ++h) {
+      const int64_t base = p.row_index(seq.batch, h, seq.start);
+      for (int col = tid; col < kBc; col += kMmaThreads)
+        if (j0 + col < len) p.colsum[base + j0 + col] = 0.f;
+    }
+  }
 
   // Epilogue: this slice's dK (times scale) and dV columns of the keys j0..
   const int valid_keys = len - j0;
@@ -187,17 +219,18 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 }
 
 template <class T, int kD>
-void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slices, cudaStream_t stream) {
+void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slices, int stages, cudaStream_t stream) {
   const int64_t blocks = keys.num_tiles * p.a.H * p.head_parts * slices;
   if (blocks == 0) return;
-  constexpr size_t smem = dkdv_smem_bytes<kD>();
+  const size_t smem = dkdv_smem_bytes<kD>(stages);
   FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(smem)));
-  dkdv_kernel<T, kD><<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, keys, slices, !p.deterministic);
+  dkdv_kernel<T, kD><<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, keys, slices, stages,
+                                                                                   !p.deterministic);
   FLASHGATE_CHECK_LAUNCH("dkdv_kernel");
 }
 
 #define FLASHGATE_INSTANTIATE_DKDV(T, D)                                                               \
-  template void launch_dkdv_mma<T, D>(const BackwardParams&, const TileSchedule&, int, cudaStream_t);
+  template void launch_dkdv_mma<T, D>(const BackwardParams&, const TileSchedule&, int, int, cudaStream_t);
 
 }  // namespace flashgate::cuda::bwd

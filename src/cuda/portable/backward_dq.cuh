@@ -18,8 +18,8 @@
 namespace flashgate::cuda::bwd {
 
 template <class T, int kD>
-__global__ void __launch_bounds__(kMmaThreads, 1)
-    dq_kernel(BackwardParams p, TileSchedule query_tiles, int slices) {
+__global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
+    dq_kernel(BackwardParams p, TileSchedule query_tiles, int slices, int stages) {
   using C = TileConfig<kD>;
   constexpr int kBr = C::kQueryRows, kBc = C::kKeyCols, kSlice = C::kSliceQ;
   constexpr int LD = kD + 8, LDS = kBc + 8;
@@ -27,13 +27,13 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   constexpr int QM = kBr / 16, QD = 8 / QM, NTQ = kSlice / QD / 8;
   static_assert(SM * SN == 8 && QM * QD == 8 && NTQ % 2 == 0, "8 warps");
 
+  // Shared memory: Q, dO | stages x (K, V) | dS | row-sum partials [SN][kBr] (see dq_smem_bytes).
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sdO = sQ + kBr * LD;
-  T* sK = sdO + kBr * LD;
-  T* sV = sK + kBc * LD;
-  T* sdS = sV + kBc * LD;
-  float* sRed = reinterpret_cast<float*>(sdS + kBr * LDS);  // [SN][kBr] row-sum partials
+  T* sKV = sdO + kBr * LD;  // stage s: K at sKV + s * 2*kBc*LD, V right after it
+  T* sdS = sKV + stages * 2 * kBc * LD;
+  float* sRed = reinterpret_cast<float*>(sdS + kBr * LDS);
 
   const AttentionParams& a = p.a;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
@@ -65,22 +65,43 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const int64_t base = p.row_index(seq.batch, h, seq.start);
   const RowTerms rt = load_row_terms(p, base, gc, i0 + s_m0 + g, len);
 
+  // Key tiles the rows see, in ascending order; K/V of step `it` live in stage it % stages.
+  const KeySpan keys = keys_seen_by_rows(i0, i0 + kBr, len, a.window);
+  const int steps = keys.empty() ? 0 : (keys.end - keys.begin + kBc - 1) / kBc;
+  auto load_step = [&](int it, int stage) {
+    const int j0 = keys.begin + it * kBc;
+    T* k_dst = sKV + stage * 2 * kBc * LD;
+    load_tile<T, kBc, kD, LD, kMmaThreads>(k_dst, a.k.row<T>(seq.batch, seq.start + j0, hk), a.k.token_stride,
+                                           len - j0, a.K, p.K16, tid);
+    load_tile<T, kBc, kD, LD, kMmaThreads>(k_dst + kBc * LD, a.v.row<T>(seq.batch, seq.start + j0, hk),
+                                           a.v.token_stride, len - j0, a.V, p.V16, tid);
+    ptx::cp_async_commit();
+  };
+  if (stages == 2 && steps > 0) load_step(0, 0);
+
   float dq[NTQ][4];
   zero(dq);
   float e[2] = {0.f, 0.f};
 
-  const KeySpan keys = keys_seen_by_rows(i0, i0 + kBr, len, a.window);
-  for (int j0 = keys.begin; j0 < keys.end; j0 += kBc) {
-    __syncthreads();  // the previous key tile's readers of sK, sV, sdS are done
-    load_tile<T, kBc, kD, LD, kMmaThreads>(sK, a.k.row<T>(seq.batch, seq.start + j0, hk), a.k.token_stride, len - j0,
-                                           a.K, p.K16, tid);
-    load_tile<T, kBc, kD, LD, kMmaThreads>(sV, a.v.row<T>(seq.batch, seq.start + j0, hk), a.v.token_stride, len - j0,
-                                           a.V, p.V16, tid);
-    ptx::cp_async_commit();
+  for (int it = 0; it < steps; ++it) {
+    const int j0 = keys.begin + it * kBc;
     float col_terms[NT][2];
     load_col_terms(col_terms, gc, j0 + s_n0 + 2 * c, len);
-    ptx::cp_async_wait<0>();
+
+    __syncthreads();  // the previous step's readers of its K/V stage and of sdS are done
+    const int stage = stages == 2 ? it % 2 : 0;
+    if (stages == 1) {
+      load_step(it, 0);
+      ptx::cp_async_wait<0>();
+    } else if (it + 1 < steps) {
+      load_step(it + 1, stage ^ 1);
+      ptx::cp_async_wait<1>();
+    } else {
+      ptx::cp_async_wait<0>();
+    }
     __syncthreads();
+    const T* sK = sKV + stage * 2 * kBc * LD;
+    const T* sV = sK + kBc * LD;
 
     float s[NT][4], dp[NT][4];
     gemm_abt<T, NT>(s, sQ, sK, LD, s_m0, s_n0, p.K16 / 16, lane);
@@ -115,17 +136,17 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 }
 
 template <class T, int kD>
-void launch_dq_mma(const BackwardParams& p, const TileSchedule& queries, int slices, cudaStream_t stream) {
+void launch_dq_mma(const BackwardParams& p, const TileSchedule& queries, int slices, int stages, cudaStream_t stream) {
   const int64_t blocks = queries.num_tiles * p.a.HQ * slices;
   if (blocks == 0) return;
-  constexpr size_t smem = dq_smem_bytes<kD>();
+  const size_t smem = dq_smem_bytes<kD>(stages);
   FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(smem)));
-  dq_kernel<T, kD><<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, queries, slices);
+  dq_kernel<T, kD><<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, queries, slices, stages);
   FLASHGATE_CHECK_LAUNCH("dq_kernel");
 }
 
 #define FLASHGATE_INSTANTIATE_DQ(T, D)                                                                 \
-  template void launch_dq_mma<T, D>(const BackwardParams&, const TileSchedule&, int, cudaStream_t);
+  template void launch_dq_mma<T, D>(const BackwardParams&, const TileSchedule&, int, int, cudaStream_t);
 
 }  // namespace flashgate::cuda::bwd

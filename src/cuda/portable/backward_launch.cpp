@@ -31,13 +31,15 @@ using cuda::bwd::TileSizes;
 
 struct DeviceLimits {
   int sms = 1;
-  int smem_optin = 0;  // bytes of shared memory one block may opt in to
+  int smem_optin = 0;   // bytes of shared memory one block may opt in to
+  int smem_per_sm = 0;  // bytes of shared memory of one SM (all its blocks)
 };
 
 DeviceLimits device_limits(int device) {
   DeviceLimits d;
   FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
   FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
   return d;
 }
 
@@ -90,6 +92,7 @@ struct Plan {
   int bucket = 0;
   TileSizes tiles;
   int slices_kv = 1, slices_q = 1;
+  int stages_kv = 0, stages_q = 0;  // buffers of the per-step tiles (0: does not fit)
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -102,8 +105,14 @@ Plan make_plan(BackwardParams& p, const DeviceLimits& dev) {
   if (p.a.dtype == DType::f32) return plan;
   plan.bucket = cuda::bwd::bucket_for(p.K16, p.V16);
   plan.tiles = cuda::bwd::tile_sizes(plan.bucket);
-  const size_t smem = std::max(plan.tiles.smem_dkdv, p.deterministic ? plan.tiles.smem_dq : size_t{0});
-  if (smem > static_cast<size_t>(dev.smem_optin)) return plan;  // too little shared memory: SIMT
+  // Two stages (prefetch the next step) where shared memory allows, else one; the dq kernel keeps
+  // dq_min_blocks CTAs per SM. Nothing fits: the SIMT path.
+  const size_t optin = static_cast<size_t>(dev.smem_optin), per_sm = static_cast<size_t>(dev.smem_per_sm);
+  const TileSizes& t = plan.tiles;
+  plan.stages_kv = t.smem_dkdv[2] <= optin ? 2 : t.smem_dkdv[1] <= optin ? 1 : 0;
+  const bool dq_two = t.smem_dq[2] <= optin && t.smem_dq[2] * t.dq_min_blocks <= per_sm;
+  plan.stages_q = dq_two ? 2 : t.smem_dq[1] <= optin ? 1 : 0;
+  if (plan.stages_kv == 0 || (p.deterministic && plan.stages_q == 0)) return plan;
 
   plan.slices_kv = static_cast<int>(ceil_div(std::max(p.K16, p.V16), plan.tiles.slice_kv));
   plan.slices_q = static_cast<int>(ceil_div(p.K16, plan.tiles.dq_slice));
@@ -176,20 +185,20 @@ void launch_mma_kernels(const BackwardParams& p, const Plan& plan, const TileSch
   using namespace cuda::bwd;
   switch (plan.bucket) {
     case 64:
-      if (p.deterministic) launch_dq_mma<T, 64>(p, queries, plan.slices_q, stream);
-      launch_dkdv_mma<T, 64>(p, keys, plan.slices_kv, stream);
+      if (p.deterministic) launch_dq_mma<T, 64>(p, queries, plan.slices_q, plan.stages_q, stream);
+      launch_dkdv_mma<T, 64>(p, keys, plan.slices_kv, plan.stages_kv, stream);
       break;
     case 128:
-      if (p.deterministic) launch_dq_mma<T, 128>(p, queries, plan.slices_q, stream);
-      launch_dkdv_mma<T, 128>(p, keys, plan.slices_kv, stream);
+      if (p.deterministic) launch_dq_mma<T, 128>(p, queries, plan.slices_q, plan.stages_q, stream);
+      launch_dkdv_mma<T, 128>(p, keys, plan.slices_kv, plan.stages_kv, stream);
       break;
     case 256:
-      if (p.deterministic) launch_dq_mma<T, 256>(p, queries, plan.slices_q, stream);
-      launch_dkdv_mma<T, 256>(p, keys, plan.slices_kv, stream);
+      if (p.deterministic) launch_dq_mma<T, 256>(p, queries, plan.slices_q, plan.stages_q, stream);
+      launch_dkdv_mma<T, 256>(p, keys, plan.slices_kv, plan.stages_kv, stream);
       break;
     default:
-      if (p.deterministic) launch_dq_mma<T, 512>(p, queries, plan.slices_q, stream);
-      launch_dkdv_mma<T, 512>(p, keys, plan.slices_kv, stream);
+      if (p.deterministic) launch_dq_mma<T, 512>(p, queries, plan.slices_q, plan.stages_q, stream);
+      launch_dkdv_mma<T, 512>(p, keys, plan.slices_kv, plan.stages_kv, stream);
       break;
   }
 }

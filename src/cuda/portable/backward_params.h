@@ -38,46 +38,54 @@ struct BackwardParams {
 
 // Tiles of the MMA kernels per head-dim bucket (max(K16, V16) <= kD). 8 warps per CTA.
 //   key-major dK/dV kernel: kBc keys held, query tiles of kBr rows, dK/dV accumulators for kSliceKV columns;
-//   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns.
+//                           one CTA per SM (at 128 registers it spills);
+//   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns;
+//                           kMinBlocksDq CTAs per SM (2 fit in 128 registers without spills at D64/D128).
 template <int kD>
 struct TileConfig;
 template <>
-struct TileConfig<64> { static constexpr int kBc = 64, kBr = 64, kSliceKV = 64, kQueryRows = 64, kKeyCols = 64, kSliceQ = 64; };
+struct TileConfig<64> { static constexpr int kBc = 64, kBr = 64, kSliceKV = 64, kQueryRows = 64, kKeyCols = 64, kSliceQ = 64, kMinBlocksDq = 2; };
 template <>
-struct TileConfig<128> { static constexpr int kBc = 64, kBr = 64, kSliceKV = 128, kQueryRows = 64, kKeyCols = 64, kSliceQ = 128; };
+struct TileConfig<128> { static constexpr int kBc = 64, kBr = 64, kSliceKV = 128, kQueryRows = 64, kKeyCols = 64, kSliceQ = 128, kMinBlocksDq = 2; };
 template <>
-struct TileConfig<256> { static constexpr int kBc = 32, kBr = 64, kSliceKV = 256, kQueryRows = 64, kKeyCols = 32, kSliceQ = 256; };
+struct TileConfig<256> { static constexpr int kBc = 32, kBr = 64, kSliceKV = 256, kQueryRows = 64, kKeyCols = 32, kSliceQ = 256, kMinBlocksDq = 1; };
 template <>
-struct TileConfig<512> { static constexpr int kBc = 32, kBr = 32, kSliceKV = 256, kQueryRows = 32, kKeyCols = 32, kSliceQ = 512; };
+struct TileConfig<512> { static constexpr int kBc = 32, kBr = 32, kSliceKV = 256, kQueryRows = 32, kKeyCols = 32, kSliceQ = 512, kMinBlocksDq = 1; };
 
 constexpr int kMmaThreads = 256;
 
-// Shared memory of the two MMA kernels (2-byte elements): four row tiles of kD (+8 padding) columns, the
-// P and/or dS tile, and small fp32 reduction scratch.
+// Shared memory of the two MMA kernels (2-byte elements), with `stages` buffers of the tiles that change
+// per loop step (Q/dO for dK/dV, K/V for dq; cp.async prefetch of the next step when 2):
+//   dK/dV: K, V tiles [kBc][kD+8]; stages x (Q, dO) [kBr][kD+8]; P, dS [kBr][kBc+8]; fp32 column partials.
+//   dq:    Q, dO tiles [rows][kD+8]; stages x (K, V) [cols][kD+8]; dS [rows][cols+8]; fp32 row partials.
 template <int kD>
-constexpr size_t dkdv_smem_bytes() {
+constexpr size_t dkdv_smem_bytes(int stages) {
   using C = TileConfig<kD>;
-  return (2 * C::kBr + 2 * C::kBc) * (kD + 8) * 2 + 2 * C::kBr * (C::kBc + 8) * 2 +
-         (C::kBr + C::kBc) * 8 * sizeof(float);
+  return (stages * 2 * C::kBr + 2 * C::kBc) * (kD + 8) * 2 + 2 * C::kBr * (C::kBc + 8) * 2 +
+         (C::kBr / 16) * C::kBc * sizeof(float);
 }
 template <int kD>
-constexpr size_t dq_smem_bytes() {
+constexpr size_t dq_smem_bytes(int stages) {
   using C = TileConfig<kD>;
-  return (2 * C::kQueryRows + 2 * C::kKeyCols) * (kD + 8) * 2 + C::kQueryRows * (C::kKeyCols + 8) * 2 +
-         C::kQueryRows * 8 * sizeof(float);
+  return (2 * C::kQueryRows + stages * 2 * C::kKeyCols) * (kD + 8) * 2 + C::kQueryRows * (C::kKeyCols + 8) * 2 +
+         (8 / (C::kQueryRows / 16)) * C::kQueryRows * sizeof(float);
 }
 
 // The same numbers at run time, for the host's planning.
 struct TileSizes {
   int key_tile = 0, query_tile = 0, slice_kv = 0;   // dK/dV kernel
-  int dq_rows = 0, dq_slice = 0;                    // dq kernel
-  size_t smem_dkdv = 0, smem_dq = 0;
+  int dq_rows = 0, dq_slice = 0, dq_min_blocks = 1; // dq kernel
+  size_t smem_dkdv[3] = {}, smem_dq[3] = {};        // by stage count (1, 2)
 };
 
 template <int kD>
 constexpr TileSizes tile_sizes_of() {
   using C = TileConfig<kD>;
-  return {C::kBc, C::kBr, C::kSliceKV, C::kQueryRows, C::kSliceQ, dkdv_smem_bytes<kD>(), dq_smem_bytes<kD>()};
+  TileSizes t;
+  t.key_tile = C::kBc, t.query_tile = C::kBr, t.slice_kv = C::kSliceKV;
+  t.dq_rows = C::kQueryRows, t.dq_slice = C::kSliceQ, t.dq_min_blocks = C::kMinBlocksDq;
+  for (int s = 1; s <= 2; ++s) t.smem_dkdv[s] = dkdv_smem_bytes<kD>(s), t.smem_dq[s] = dq_smem_bytes<kD>(s);
+  return t;
 }
 
 inline TileSizes tile_sizes(int bucket) {
