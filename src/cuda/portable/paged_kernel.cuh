@@ -1,0 +1,434 @@
+// The serving kernel (sm80+, mma.sync): packed decode (SPEC §5) and paged attention (SPEC §6).
+//
+// Design note
+// - Memory-bound: the goal is to read every K/V byte once at close to copy bandwidth. A CTA owns 16 query
+//   rows that share one kv head (decode: the G heads of one token; verify: 16/G tokens x G heads; G > 16:
+//   16 heads of one token) and one slice of the keys (split-KV), so each K/V byte feeds up to 16 rows.
+// - 4 warps. Head dims up to 128: each warp takes its own 16 keys of every 64-key stage (WK = 4) and keeps
+//   o for all value dims (64 fp32 registers). Wider values split the dims over WV warps that redo Q K^T
+//   (WV = V/128, WK = 4/WV). The warps' partial softmax states merge through shared memory at the end.
+// - K/V rows are copied with 16-byte cp.async into a multi-stage ring (2-4 stages, chosen on the host from
+//   the device's shared memory), row by row through the block table, so a page of any size and any strides
+//   works; rows outside the slice are zero-filled and never read (NaN in unused slots cannot leak).
+// - Fragments come from shared memory with plain 16-byte loads (paged_fragments.cuh): fp16/bf16 and fp8
+//   caches share the code, fp8 converts to bf16 exactly in registers. Per-token K scales multiply score
+//   columns in fp32; per-token V scales multiply probability columns after the row sum, and P * scale goes
+//   through the mma as a bf16 hi + lo pair (two mmas), so it is not rounded to 8 bits (SPEC §6).
+// - Scores live in the exp2 domain (scale * log2 e folded once); the decode gate term arrives precomputed
+//   per (query head, key) from a suffix-sum pre-kernel (decode_gate.cu).
+// - One split: the CTA writes o. Several: normalised partial o (fp32) and its log2 sum go to the
+//   workspace and paged_merge.cu combines them; an empty slice writes lse = -inf and weighs 0.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/online_softmax.h"
+#include "cuda/portable/paged_fragments.cuh"
+#include "cuda/portable/paged_params.h"
+#include "cuda/portable/paged_work.cuh"
+#include "cuda/ptx/cp_async.h"
+#include "cuda/ptx/mma.h"
+
+namespace flashgate::cuda {
+
+// Compile-time shape of one instantiation: cache kind and padded head dims KP (keys) and VP (values).
+template <CacheKind C, int KP_, int VP_>
+struct PagedTile {
+  using Traits = CacheTraits<C>;
+  using Frag = Fragments<C>;
+  static constexpr CacheKind kCache = C;
+  static constexpr int kThreads = 128, kWarps = 4, kRows = 16;
+  static constexpr int KP = KP_, VP = VP_;
+  static constexpr int kBytes = Traits::kBytes;
+  static constexpr int E = Frag::kElemsPer16B;
+  static constexpr int WV = VP > 128 ? VP / 128 : 1;  // warps across value dims
+  static constexpr int VW = VP / WV;                   // value dims per warp
+  static constexpr int WK = kWarps / WV;               // warps across keys
+  static constexpr int kKeysPerWarp = 16;
+  static constexpr int KS = kKeysPerWarp * WK;         // keys per stage
+  static constexpr int kKeyRowBytes = KP * kBytes, kValueRowBytes = VP * kBytes;
+  static constexpr int kKSteps = KP / 16;
+  static constexpr int kKeyRounds = KP / Frag::kDimsPerKeyRound;
+  static constexpr int kValueRounds = VW / (8 * E);
+  static constexpr int kValueTiles = VW / 8;
+  static constexpr bool kQInRegisters = KP <= 128;
+  static constexpr bool kScaleSlots = Traits::kFp8;    // per-token scales staged next to the rows
+  static constexpr int kStageBytes = KS * (kKeyRowBytes + kValueRowBytes) + (kScaleSlots ? 2 * KS * 4 : 0);
+  static constexpr int kQBytes = kKSteps * 32 * 16;    // query fragments, [k-step][lane][4 registers]
+  static constexpr int kRowInfoBytes = kRows * 32;
+  static constexpr int kReduceBytes = WK * kRows * VP * 4 + 2 * WK * kRows * 4 + 2 * kRows * 4;
+  // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
+  static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
+
+  static_assert(KP % Frag::kDimsPerKeyRound == 0, "key dims must fill whole 16-byte lane loads");
+  static_assert(VW % (8 * E) == 0 && kValueRowBytes % 128 == 0, "value dims must fill whole rounds");
+  static_assert(WV * WK == kWarps, "warps must tile keys x value dims");
+
+  // Byte offset of 16-byte chunk `chunk` of key row `row` in a stage (pairs of rows alternate 64-byte halves,
+  // so the 8 lanes of one load phase, 2 rows x 64 bytes, hit all 32 banks).
+  __host__ __device__ static constexpr int key_chunk(int row, int chunk) {
+    return row * kKeyRowBytes + ((kSwizzleKeys ? (chunk ^ ((row & 1) << 2)) : chunk) << 4);
+  }
+  // Value rows 2c, 2c+2, 2c+4, 2c+6 (one load phase) shift their chunks by 0, 2, 4, 6.
+  __host__ __device__ static constexpr int value_chunk(int row, int chunk) {
+    return row * kValueRowBytes + ((chunk ^ (((row >> 1) & 3) << 1)) << 4);
+  }
+
+  static constexpr int smem_bytes(int stages) {
+    const int pipe = stages * kStageBytes;
+    return kRowInfoBytes + kQBytes + (pipe > kReduceBytes ? pipe : kReduceBytes);
+  }
+};
+
+namespace paged_detail {
+
+__device__ __forceinline__ float load_qo(const void* base, int64_t i, DType t) {
+  return t == DType::bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i])
+                          : __half2float(static_cast<const __half*>(base)[i]);
+}
+
+__device__ __forceinline__ void store_qo(void* base, int64_t i, DType t, float x) {
+  if (t == DType::bf16) static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(x);
+  else static_cast<__half*>(base)[i] = __float2half_rn(x);
+}
+
+// Waits until the oldest of `stages - 1` committed groups has landed (cp.async.wait_group takes an
+// immediate; the stage count is chosen per device on the host, 2..4).
+__device__ __forceinline__ void wait_oldest_stage(int stages) {
+  if (stages >= 4) ptx::cp_async_wait<3>();
+  else if (stages == 3) ptx::cp_async_wait<2>();
+  else ptx::cp_async_wait<1>();
+}
+
+// Per-row facts of the CTA's 16 rows, staged once in shared memory.
+struct SharedRows {
+  int64_t q_row[16];
+  int head[16];   // query head, -1 for a padding row
+  int pos[16];
+  int lo[16];
+};
+
+}  // namespace paged_detail
+
+template <class Tile>
+__global__ void __launch_bounds__(Tile::kThreads) paged_mma_kernel(const ServingParams p, const int stages) {
+  using Frag = typename Tile::Frag;
+  using Mma = typename Tile::Traits::Mma;
+  constexpr int E = Tile::E, KS = Tile::KS, VP = Tile::VP, VW = Tile::VW;
+  constexpr bool kFp8 = Tile::Traits::kFp8;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  auto* rows = reinterpret_cast<paged_detail::SharedRows*>(smem);
+  auto* qfrag = reinterpret_cast<uint32_t*>(smem + Tile::kRowInfoBytes);
+  unsigned char* ring = smem + Tile::kRowInfoBytes + Tile::kQBytes;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wk = warp / Tile::WV, wv = warp % Tile::WV;
+  const int g = lane >> 2, c = lane & 3;
+  const int kv_head = blockIdx.y, split = blockIdx.z;
+
+  RowBlock rb;
+  if (!resolve_row_block(p, blockIdx.x, rb)) return;  // the same for every thread of the CTA
+
+  if (tid < Tile::kRows) {
+    const RowInfo ri = row_info(p, rb, kv_head, tid);
+    rows->q_row[tid] = ri.q_row;
+    rows->head[tid] = ri.valid ? ri.head : -1;
+    rows->pos[tid] = ri.pos;
+    rows->lo[tid] = ri.lo;
+  }
+  // Padding dims of every stage stay zero (a NaN there would poison the mma); loads never touch them.
+  {
+    const int key_chunks = (p.K * Tile::kBytes + 15) / 16, value_chunks = (p.V * Tile::kBytes + 15) / 16;
+    constexpr int kKeyChunks = Tile::kKeyRowBytes / 16, kValueChunks = Tile::kValueRowBytes / 16;
+    for (int i = tid; i < stages * KS * kKeyChunks; i += Tile::kThreads) {
+      const int chunk = i % kKeyChunks, row = (i / kKeyChunks) % KS, stage = i / (kKeyChunks * KS);
+      if (chunk >= key_chunks)
+        *reinterpret_cast<uint4*>(ring + stage * Tile::kStageBytes + Tile::key_chunk(row, chunk)) = make_uint4(0, 0, 0, 0);
+    }
+    for (int i = tid; i < stages * KS * kValueChunks; i += Tile::kThreads) {
+      const int chunk = i % kValueChunks, row = (i / kValueChunks) % KS, stage = i / (kValueChunks * KS);
+      if (chunk >= value_chunks)
+        *reinterpret_cast<uint4*>(ring + stage * Tile::kStageBytes + KS * Tile::kKeyRowBytes +
+                                  Tile::value_chunk(row, chunk)) = make_uint4(0, 0, 0, 0);
+    }
+  }
+  __syncthreads();
+
+  // Query fragments in the key-permuted head-dim order (Frag::key_dim), zero past K and in padding rows.
+  for (int i = tid; i < Tile::kKSteps * 128; i += Tile::kThreads) {
+    const int ks = i >> 7, ln = (i >> 2) & 31, reg = i & 3;
+    const int r = (ln >> 2) + ((reg & 1) ? 8 : 0), half = reg >> 1;
+    const int d0 = Frag::key_dim(ks, ln & 3, half, 0), d1 = Frag::key_dim(ks, ln & 3, half, 1);
+    float x0 = 0.f, x1 = 0.f;
+    const int head = rows->head[r];
+    if (head >= 0) {
+      const int64_t base = rows->q_row[r] * p.q_row_stride + head * p.q_head_stride;
+      if (d0 < p.K) x0 = paged_detail::load_qo(p.q, base + d0, p.qo_dtype);
+      if (d1 < p.K) x1 = paged_detail::load_qo(p.q, base + d1, p.qo_dtype);
+    }
+    qfrag[i] = ptx::pack2<Mma>(x0, x1);
+  }
+
+  // This split's keys.
+  const KeyRange slice = split_slice(block_key_range(p, rb), split, p.num_splits, KS);
+  const int num_tiles = slice.end > slice.begin ? (slice.end - slice.begin + KS - 1) / KS : 0;
+
+  // Stage loader: thread -> (row, first chunk); every thread looks its row up once per stage.
+  constexpr int kThreadsPerRow = Tile::kThreads / KS;
+  const int load_row = tid / kThreadsPerRow, load_part = tid % kThreadsPerRow;
+  const int key_bytes = p.K * Tile::kBytes, value_bytes = p.V * Tile::kBytes;
+  const unsigned char* kbase = static_cast<const unsigned char*>(p.k);
+  const unsigned char* vbase = static_cast<const unsigned char*>(p.v);
+  auto load_stage = [&](int tile) {
+    unsigned char* stage = ring + (tile % stages) * Tile::kStageBytes;
+    const int j = slice.begin + tile * KS + load_row;
+    KeyRow kr;
+    const bool ok = j < slice.end && locate_key(p, rb.seq, kv_head, j, kr);
+    for (int ch = load_part; ch * 16 < key_bytes; ch += kThreadsPerRow) {
+      const int n = ok ? (key_bytes - ch * 16 < 16 ? key_bytes - ch * 16 : 16) : 0;
+      ptx::cp_async_16(stage + Tile::key_chunk(load_row, ch), n ? kbase + (kr.k_off * Tile::kBytes + ch * 16) : kbase, n);
+    }
+    unsigned char* vstage = stage + KS * Tile::kKeyRowBytes;
+    for (int ch = load_part; ch * 16 < value_bytes; ch += kThreadsPerRow) {
+      const int n = ok ? (value_bytes - ch * 16 < 16 ? value_bytes - ch * 16 : 16) : 0;
+      ptx::cp_async_16(vstage + Tile::value_chunk(load_row, ch), n ? vbase + (kr.v_off * Tile::kBytes + ch * 16) : vbase, n);
+    }
+    if constexpr (Tile::kScaleSlots) {
+      // Per-token scales next to the rows; a key that is not loaded gets scale 0 (its column is masked).
+      float* scales = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes);
+      if (load_part == 0 && p.k_scale_mode == CacheScale::per_token)
+        ptx::cp_async_4(scales + load_row, ok ? p.k_scale + scale_offset(p.k_scale_strides, kr, kv_head) : p.k_scale,
+                        ok ? 4 : 0);
+      if (load_part == 0 && p.v_scale_mode == CacheScale::per_token)
+        ptx::cp_async_4(scales + KS + load_row,
+                        ok ? p.v_scale + scale_offset(p.v_scale_strides, kr, kv_head) : p.v_scale, ok ? 4 : 0);
+    }
+  };
+
+  __syncthreads();  // qfrag and rows complete
+
+  uint32_t qreg[Tile::kQInRegisters ? Tile::kKSteps : 1][4];
+  if constexpr (Tile::kQInRegisters) {
+#pragma unroll
+    for (int ks = 0; ks < Tile::kKSteps; ++ks) lds128(qreg[ks], qfrag + (ks * 32 + lane) * 4);
+  }
+
+  // This lane's two rows (g, g+8).
+  int row_pos[2], row_lo[2];
+  int64_t gate_row[2] = {0, 0};
+#pragma unroll
+  for (int rs = 0; rs < 2; ++rs) {
+    const int r = g + 8 * rs;
+    row_pos[rs] = rows->head[r] >= 0 ? rows->pos[r] : -1;
+    row_lo[rs] = rows->lo[r];
+    if (p.gate_bias && rows->head[r] >= 0) gate_row[rs] = rows->head[r] * p.total_k + rb.seq.key_start;
+  }
+  float score_mul = p.scale_log2;
+  if (p.k_scale_mode == CacheScale::per_tensor) score_mul *= p.k_scale[0];
+  const bool k_per_token = kFp8 && p.k_scale_mode == CacheScale::per_token;
+  const bool v_per_token = kFp8 && p.v_scale_mode == CacheScale::per_token;
+
+  SoftmaxRow softmax[2];
+  float acc[Tile::kValueTiles][4];
+#pragma unroll
+  for (int i = 0; i < Tile::kValueTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+
+  for (int t = 0; t < stages - 1; ++t) {
+    if (t < num_tiles) load_stage(t);
+    ptx::cp_async_commit();
+  }
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    if (tile + stages - 1 < num_tiles) load_stage(tile + stages - 1);
+    ptx::cp_async_commit();
+    paged_detail::wait_oldest_stage(stages);
+    __syncthreads();
+
+    const unsigned char* kst = ring + (tile % stages) * Tile::kStageBytes;
+    const unsigned char* vst = kst + KS * Tile::kKeyRowBytes;
+    const float* kscales = reinterpret_cast<const float*>(vst + KS * Tile::kValueRowBytes);
+    const float* vscales = kscales + KS;
+    const int wrow = wk * Tile::kKeysPerWarp;            // this warp's first key row in the stage
+    const int key0 = slice.begin + tile * KS + wrow;     // its first key (local position)
+
+    // S = Q K^T over this warp's 16 keys: two n-tiles of 8 keys.
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+    for (int round = 0; round < Tile::kKeyRounds; ++round) {
+      uint32_t kw[2][4];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) lds128(kw[nt], kst + Tile::key_chunk(wrow + nt * 8 + g, round * 4 + c));
+#pragma unroll
+      for (int step = 0; step < Frag::kStepsPerKeyLoad; ++step) {
+        const int ks = round * Frag::kStepsPerKeyLoad + step;
+        uint32_t a[4];
+        if constexpr (Tile::kQInRegisters) {
+          a[0] = qreg[ks][0], a[1] = qreg[ks][1], a[2] = qreg[ks][2], a[3] = qreg[ks][3];
+        } else {
+          lds128(a, qfrag + (ks * 32 + lane) * 4);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          uint32_t b[2];
+          Frag::key_fragment(kw[nt], step, b);
+          ptx::mma_16816<Mma>(s[nt], a, b);
+        }
+      }
+    }
+
+    // Scale, gate, mask; then the online softmax per row.
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = key0 + nt * 8 + 2 * c + e;
+        const float col_mul = k_per_token ? score_mul * kscales[wrow + nt * 8 + 2 * c + e] : score_mul;
+#pragma unroll
+        for (int rs = 0; rs < 2; ++rs) {
+          const bool vis = j < slice.end && j <= row_pos[rs] && j >= row_lo[rs];
+          float x = s[nt][2 * rs + e] * col_mul;
+          if (p.gate_bias && vis) x += p.gate_bias[gate_row[rs] + j];
+          s[nt][2 * rs + e] = vis ? x : -INFINITY;
+        }
+      }
+    }
+#pragma unroll
+    for (int rs = 0; rs < 2; ++rs) {
+      float m = fmaxf(fmaxf(s[0][2 * rs], s[0][2 * rs + 1]), fmaxf(s[1][2 * rs], s[1][2 * rs + 1]));
+      const float factor = softmax[rs].rescale(quad_max(m));
+#pragma unroll
+      for (int i = 0; i < Tile::kValueTiles; ++i) acc[i][2 * rs] *= factor, acc[i][2 * rs + 1] *= factor;
+      const float off = softmax[rs].exp_offset();
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pr = exp2f(s[nt][2 * rs + e] - off);
+          s[nt][2 * rs + e] = pr;
+          softmax[rs].sum += pr;
+        }
+    }
+
+    // P as the A operand: keys 2c,2c+1 (a0 row g, a1 row g+8) and 8+2c,8+2c+1 (a2, a3). With fp8 the
+    // V scales ride on P and P keeps 16 bits as hi + lo.
+    uint32_t pa[4], pa_lo[4];
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        float vs[2] = {1.f, 1.f};
+        if (v_per_token) vs[0] = vscales[wrow + nt * 8 + 2 * c], vs[1] = vscales[wrow + nt * 8 + 2 * c + 1];
+#pragma unroll
+        for (int rs = 0; rs < 2; ++rs) {
+          const float x0 = s[nt][2 * rs] * vs[0], x1 = s[nt][2 * rs + 1] * vs[1];
+          const __nv_bfloat16 h0 = __float2bfloat16_rn(x0), h1 = __float2bfloat16_rn(x1);
+          const __nv_bfloat162 hi = __halves2bfloat162(h0, h1);
+          pa[2 * nt + rs] = *reinterpret_cast<const uint32_t*>(&hi);
+          pa_lo[2 * nt + rs] = ptx::pack2<__nv_bfloat16>(x0 - __bfloat162float(h0), x1 - __bfloat162float(h1));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int rs = 0; rs < 2; ++rs) pa[2 * nt + rs] = ptx::pack2<Mma>(s[nt][2 * rs], s[nt][2 * rs + 1]);
+    }
+
+    // O += P V over this warp's value dims.
+#pragma unroll
+    for (int round = 0; round < Tile::kValueRounds; ++round) {
+      const int chunk = (wv * VW * Tile::kBytes) / 16 + round * 8 + g;
+      uint32_t v0[4], v1[4], v8[4], v9[4];
+      lds128(v0, vst + Tile::value_chunk(wrow + 2 * c, chunk));
+      lds128(v1, vst + Tile::value_chunk(wrow + 2 * c + 1, chunk));
+      lds128(v8, vst + Tile::value_chunk(wrow + 2 * c + 8, chunk));
+      lds128(v9, vst + Tile::value_chunk(wrow + 2 * c + 9, chunk));
+#pragma unroll
+      for (int t = 0; t < E; ++t) {
+        const uint32_t b[2] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v8, v9, t)};
+        ptx::mma_16816<Mma>(acc[round * E + t], pa, b);
+        if constexpr (kFp8) ptx::mma_16816<Mma>(acc[round * E + t], pa_lo, b);
+      }
+    }
+    __syncthreads();  // this stage is free for the loads of the next iteration
+  }
+  ptx::cp_async_wait<0>();
+  __syncthreads();
+
+  // Merge the WK warps' partial states (same rows, different keys) through shared memory, then write.
+  float* red = reinterpret_cast<float*>(ring);                 // [WK][16][VP]
+  float* red_max = red + Tile::WK * Tile::kRows * VP;          // [WK][16]
+  float* red_sum = red_max + Tile::WK * Tile::kRows;           // [WK][16]
+  float* row_scale = red_sum + Tile::WK * Tile::kRows;         // [16]
+  float* row_lse = row_scale + Tile::kRows;                    // [16]
+  float row_sum[2];
+#pragma unroll
+  for (int rs = 0; rs < 2; ++rs) row_sum[rs] = quad_sum(softmax[rs].sum);
+  if (wv == 0 && c == 0) {
+#pragma unroll
+    for (int rs = 0; rs < 2; ++rs) {
+      red_max[wk * Tile::kRows + g + 8 * rs] = softmax[rs].max2;
+      red_sum[wk * Tile::kRows + g + 8 * rs] = row_sum[rs];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int rs = 0; rs < 2; ++rs) {
+    const int r = g + 8 * rs;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + r]);
+    const float factor = exp2f(softmax[rs].max2 - (m == -INFINITY ? 0.f : m));  // 0 for a warp that saw nothing
+#pragma unroll
+    for (int round = 0; round < Tile::kValueRounds; ++round)
+#pragma unroll
+      for (int t = 0; t < E; ++t)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int d = Frag::value_dim(wv * VW + round * 8 * E, 2 * c + e, t);
+          red[(wk * Tile::kRows + r) * VP + d] = acc[round * E + t][2 * rs + e] * factor;
+        }
+  }
+  if (tid < Tile::kRows) {
+    float m = -INFINITY, l = 0.f;
+#pragma unroll
+    for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + tid]);
+    const float mu = m == -INFINITY ? 0.f : m;
+#pragma unroll
+    for (int w = 0; w < Tile::WK; ++w) l += red_sum[w * Tile::kRows + tid] * exp2f(red_max[w * Tile::kRows + tid] - mu);
+    float vmul = p.v_scale_mode == CacheScale::per_tensor ? p.v_scale[0] : 1.f;
+    const int head = rows->head[tid];
+    if (p.num_splits == 1) {
+      const bool has_sink = p.sink != nullptr && head >= 0;
+      const RowResult res = finish_row(m, l, has_sink, has_sink ? p.sink[head * p.sink_stride] : 0.f);
+      row_scale[tid] = res.o_scale * vmul;
+    } else {
+      row_scale[tid] = l > 0.f ? vmul / l : 0.f;
+      row_lse[tid] = l > 0.f ? m + log2f(l) : -INFINITY;
+    }
+  }
+  __syncthreads();
+
+  const bool partial = p.num_splits > 1;
+  for (int i = tid; i < Tile::kRows * p.V; i += Tile::kThreads) {
+    const int r = i / p.V, d = i - r * p.V;
+    const int head = rows->head[r];
+    if (head < 0) continue;
+    float x = 0.f;
+#pragma unroll
+    for (int w = 0; w < Tile::WK; ++w) x += red[(w * Tile::kRows + r) * VP + d];
+    x *= row_scale[r];
+    if (partial) {
+      const int64_t row = (static_cast<int64_t>(split) * p.total_q + rows->q_row[r]) * p.HQ + head;
+      p.o_partial[row * p.V + d] = x;
+      if (d == 0) p.lse_partial[row] = row_lse[r];
+    } else {
+      paged_detail::store_qo(p.o, rows->q_row[r] * p.o_row_stride + head * p.o_head_stride + d, p.qo_dtype, x);
+    }
+  }
+}
+
+}  // namespace flashgate::cuda

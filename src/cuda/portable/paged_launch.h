@@ -1,0 +1,71 @@
+// Host-side entry points of the serving kernels (plain C++: serving.cpp plans and calls these; the kernels
+// live in the .cu files next to this header).
+#pragma once
+
+#include "cuda/portable/paged_params.h"
+
+struct CUstream_st;
+
+namespace flashgate::cuda {
+
+// The mma kernel instantiations: cache kind x padded head dims (KP, VP). A request takes the first entry of
+// its cache kind whose dims cover K and V. Each paged_mma_<kind>.cu instantiates its kind's list.
+#define FLASHGATE_PAGED_HEADS_16BIT(X, kind) \
+  X(kind, 64, 64) X(kind, 128, 128) X(kind, 256, 256) X(kind, 512, 512) X(kind, 576, 512)
+#define FLASHGATE_PAGED_HEADS_FP8(X, kind) X(kind, 128, 128) X(kind, 256, 256) X(kind, 512, 512) X(kind, 576, 512)
+
+// Shared memory of one mma instantiation, for the planner's choice of pipeline depth.
+struct PagedKernelShape {
+  int stage_bytes = 0;    // one pipeline stage (K and V rows of keys_per_stage keys, fp8 scales)
+  int fixed_bytes = 0;    // query fragments and row facts
+  int reduce_bytes = 0;   // the final cross-warp merge, which reuses the stages
+  int keys_per_stage = 0;
+  int smem_bytes(int stages) const {
+    const int pipe = stages * stage_bytes;
+    return fixed_bytes + (pipe > reduce_bytes ? pipe : reduce_bytes);
+  }
+};
+
+template <CacheKind C, int KP, int VP>
+struct PagedMma {
+  static PagedKernelShape shape();
+  // Resident CTAs per SM of device `device` at that pipeline depth (raises the kernel's shared memory
+  // limit as needed).
+  static int occupancy(int stages, int device);
+  // Grid: p.row_blocks x p.H x p.num_splits.
+  static void launch(const ServingParams& p, int stages, CUstream_st* stream);
+};
+
+// Every mma instantiation, for lookup by (cache kind, K, V).
+struct PagedMmaEntry {
+  CacheKind cache;
+  int kp, vp;
+  PagedKernelShape (*shape)();
+  int (*occupancy)(int stages, int device);
+  void (*launch)(const ServingParams&, int stages, CUstream_st*);
+};
+// The entry for a cache kind and head dims, or nullptr when none covers them.
+const PagedMmaEntry* find_paged_mma(CacheKind cache, int K, int V);
+
+// The fp32 fallback (any dtype, any alignment, no split): one CTA per (query row, query head).
+void launch_paged_simt(const ServingParams& p, CUstream_st* stream);
+
+// Combines p.num_splits partials per (query row, query head) into o, with the sink.
+void launch_paged_merge(const ServingParams& p, CUstream_st* stream);
+
+// decode's gate: out[h * T + t] = log2(e) * mul * (g[t+1, h] + ... + g[end-1, h]) within t's sequence
+// (the gate term Gc[L-1] - Gc[t] of SPEC §5, summed from the end so near keys keep full precision).
+struct DecodeGateArgs {
+  const void* g = nullptr;
+  DType g_dtype = DType::f32;
+  int64_t g_token_stride = 0, g_head_stride = 1;
+  const void* cu = nullptr;
+  int cu_bytes = 4;
+  int64_t cu_stride = 1;
+  int64_t num_seqs = 0, T = 0;
+  int HQ = 0;
+  float mul = 1.f;  // scale with gate_scale, else 1
+};
+void launch_decode_gate_bias(const DecodeGateArgs& a, float* out, CUstream_st* stream);
+
+}  // namespace flashgate::cuda

@@ -1,0 +1,237 @@
+// GPU tests of the portable decode (SPEC §5) against the CPU fp64 reference on the same rounded inputs:
+// o within relative RMS 0.005, never NaN, outputs poisoned before the run, fresh inputs per run (the seed
+// is in every failure message; FLASHGATE_SEED replays it).
+//
+// Covers dtypes, GQA 1/4/8/16/32, K != V up to 512, contexts 1..4096 and 65537, empty sequences, gate
+// (with and without gate_scale), sink, windows, strided and unaligned rows (the fp32 fallback), every
+// forced split count against the unsplit path.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "flashgate/flashgate.h"
+#include "harness/cases.h"
+#include "support/compare.h"
+
+namespace {
+
+using flashgate::Backend;
+using flashgate::Device;
+using flashgate::DType;
+using flashgate::Launch;
+using flashgate::harness::DecodeCase;
+using flashgate::harness::DecodeConfig;
+using flashgate::harness::OwnedTensor;
+
+constexpr double kTolerance = 0.005;
+
+Launch on(Backend b) {
+  Launch l;
+  l.backend = b;
+  return l;
+}
+
+class ForcedSplits {
+ public:
+  explicit ForcedSplits(int n) { setenv("FLASHGATE_NUM_SPLITS", std::to_string(n).c_str(), 1); }
+  ~ForcedSplits() { unsetenv("FLASHGATE_NUM_SPLITS"); }
+};
+
+std::string note(uint64_t seed, const DecodeConfig& cfg) {
+  return cfg.describe() + " (seed " + std::to_string(seed) + ", FLASHGATE_SEED replays it)";
+}
+
+struct Reference {
+  DecodeCase host;
+  OwnedTensor o;  // fp64
+};
+
+Reference reference(const DecodeConfig& cfg, uint64_t seed) {
+  flashgate::harness::Rng rng(seed);
+  Reference r{DecodeCase::random(cfg, rng), {}};
+  DecodeCase ref = r.host.to_f64();
+  flashgate::decode(ref.args(), on(Backend::cpu));
+  r.o = ref.o;
+  return r;
+}
+
+OwnedTensor run_gpu(const DecodeCase& host) {
+  DecodeCase dev = host.to(Device::cuda);
+  dev.poison_outputs();
+  flashgate::decode(dev.args(), on(Backend::cuda));
+  flashgate::harness::device_synchronize();
+  return dev.o.to(Device::cpu);
+}
+
+void check_decode(const DecodeConfig& cfg) {
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE(note(seed, cfg));
+  const Reference r = reference(cfg, seed);
+  fgtest::expect_close("o", run_gpu(r.host), r.o, kTolerance);
+}
+
+DecodeConfig base(DType dtype = DType::bf16) {
+  DecodeConfig c;
+  c.dtype = dtype;
+  c.seqlens = {100, 1, 257, 0, 64};
+  c.heads = 8, c.kv_heads = 2;
+  c.head_dim = 128, c.v_dim = 128;
+  return c;
+}
+
+TEST(DecodeCuda, Bf16AndF16) {
+  FLASHGATE_REQUIRE_GPU();
+  check_decode(base(DType::bf16));
+  check_decode(base(DType::f16));
+}
+
+TEST(DecodeCuda, F32TakesTheFallback) {
+  FLASHGATE_REQUIRE_GPU();
+  DecodeConfig c = base(DType::f32);
+  c.gate = c.sink = true;
+  check_decode(c);
+}
+
+struct GqaCase {
+  int64_t heads, kv_heads;
+};
+
+class DecodeGqa : public ::testing::TestWithParam<GqaCase> {};
+
+TEST_P(DecodeGqa, Contexts1To4096) {
+  FLASHGATE_REQUIRE_GPU();
+  DecodeConfig c = base();
+  c.heads = GetParam().heads, c.kv_heads = GetParam().kv_heads;
+  c.seqlens = {1, 2, 16, 17, 63, 64, 65, 1000, 4096, 0};
+  check_decode(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, DecodeGqa,
+                         ::testing::Values(GqaCase{16, 1}, GqaCase{16, 2}, GqaCase{32, 4}, GqaCase{4, 4},
+                                           GqaCase{32, 1}, GqaCase{6, 2}),
+                         [](const auto& info) {
+                           return "HQ" + std::to_string(info.param.heads) + "_H" + std::to_string(info.param.kv_heads);
+                         });
+
+struct HeadCase {
+  int64_t K, V;
+};
+
+class DecodeHeads : public ::testing::TestWithParam<HeadCase> {};
+
+TEST_P(DecodeHeads, KAndV) {
+  FLASHGATE_REQUIRE_GPU();
+  DecodeConfig c = base();
+  c.head_dim = GetParam().K, c.v_dim = GetParam().V;
+  c.seqlens = {300, 5, 129};
+  check_decode(c);
+  c.dtype = DType::f16;
+  c.gate = c.sink = true;
+  check_decode(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dims, DecodeHeads,
+                         ::testing::Values(HeadCase{64, 64}, HeadCase{128, 128}, HeadCase{64, 128}, HeadCase{256, 256},
+                                           HeadCase{512, 512}, HeadCase{512, 256}, HeadCase{96, 40},
+                                           HeadCase{128, 512}, HeadCase{8, 16}),
+                         [](const auto& info) {
+                           return "K" + std::to_string(info.param.K) + "_V" + std::to_string(info.param.V);
+                         });
+
+TEST(DecodeCuda, GateSinkWindow) {
+  FLASHGATE_REQUIRE_GPU();
+  for (bool gate_scale : {false, true})
+    for (int64_t window : {-1, 0, 1, 64, 65, 1000}) {
+      DecodeConfig c = base();
+      c.gate = true, c.gate_scale = gate_scale, c.sink = true;
+      if (window >= 0) c.window = window;
+      c.seqlens = {1, 300, 2000, 0, 65};
+      check_decode(c);
+    }
+}
+
+// Padded rows: 8 extra elements keep 16-byte rows (mma path); 1 extra element breaks them (fallback);
+// K = V = 100 padded by 4 gives aligned 208-byte rows whose last 16-byte chunk is half used.
+TEST(DecodeCuda, StridedRows) {
+  FLASHGATE_REQUIRE_GPU();
+  for (int64_t pad : {8, 1}) {
+    DecodeConfig c = base();
+    c.row_pad = pad;
+    c.gate = true;
+    check_decode(c);
+  }
+  DecodeConfig c = base();
+  c.head_dim = 100, c.v_dim = 100, c.row_pad = 4;
+  check_decode(c);
+}
+
+TEST(DecodeCuda, EmptySequencesGiveZero) {
+  FLASHGATE_REQUIRE_GPU();
+  DecodeConfig c = base();
+  c.sink = true;
+  c.seqlens = {0, 0, 3, 0};
+  check_decode(c);
+}
+
+TEST(DecodeCuda, Context65537) {
+  FLASHGATE_REQUIRE_GPU();
+  DecodeConfig c = base();
+  c.heads = 8, c.kv_heads = 1;
+  c.seqlens = {65537, 7};
+  check_decode(c);
+  c.gate = true;
+  c.sink = true;
+  c.seqlens = {65537};
+  check_decode(c);
+}
+
+TEST(DecodeCuda, ManySequences) {
+  FLASHGATE_REQUIRE_GPU();
+  DecodeConfig c = base();
+  c.heads = 4, c.kv_heads = 2, c.head_dim = 64, c.v_dim = 64;
+  c.seqlens.clear();
+  for (int64_t n = 0; n < 1000; ++n) c.seqlens.push_back((n * 53) % 200);
+  check_decode(c);
+}
+
+// Each split count gives the unsplit result within tolerance (and the reference); gate terms are absolute
+// per key, so slices need no correction.
+TEST(DecodeCuda, EverySplitCountAgrees) {
+  FLASHGATE_REQUIRE_GPU();
+  DecodeConfig c = base();
+  c.heads = 16, c.kv_heads = 2;
+  c.gate = c.sink = true;
+  c.window = 1500;
+  c.seqlens = {3, 100, 2500, 4000, 0};
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE(note(seed, c));
+  const Reference r = reference(c, seed);
+  OwnedTensor unsplit;
+  {
+    ForcedSplits one(1);
+    unsplit = run_gpu(r.host);
+  }
+  fgtest::expect_close("o (1 split)", unsplit, r.o, kTolerance);
+  for (int splits : {2, 3, 5, 16, 100}) {
+    SCOPED_TRACE("splits " + std::to_string(splits));
+    ForcedSplits forced(splits);
+    const OwnedTensor out = run_gpu(r.host);
+    fgtest::expect_close("o vs unsplit", out, unsplit, kTolerance);
+    fgtest::expect_close("o", out, r.o, kTolerance);
+  }
+}
+
+// The heuristic's own choice: few long sequences split, many short ones do not.
+TEST(DecodeCuda, HeuristicShapes) {
+  FLASHGATE_REQUIRE_GPU();
+  DecodeConfig c = base();
+  c.heads = 32, c.kv_heads = 8;
+  c.seqlens = {16384, 9000};
+  check_decode(c);
+  c.seqlens.assign(128, 300);
+  check_decode(c);
+}
+
+}  // namespace

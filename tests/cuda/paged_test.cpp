@@ -1,0 +1,398 @@
+// GPU tests of the portable paged_attention (SPEC §6) against the CPU fp64 reference on the same rounded
+// inputs (fp8 caches decoded exactly): o within relative RMS 0.005, never NaN, outputs poisoned before the
+// run, fresh inputs per run (the seed is in every failure message; FLASHGATE_SEED replays it). fp8 cases
+// also bound the output bias sum((o-ref)*ref)/sum(ref^2) by 5e-4.
+//
+// The matrix varies one axis at a time around small bases: dtypes, GQA 1/4/8/16/32, head dims (128,
+// 576/512 and odd ones), page sizes 16..256, contexts 1..4096 and 65537, verify tails 1-4 tokens into a
+// page, mixed prefill/decode/verify batches, shuffled tables with NaN in every unused slot and scale,
+// empty sequences, windows, sinks, both fp8 scale layouts, every forced split count, CUDA-graph capture.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "flashgate/flashgate.h"
+#include "harness/cases.h"
+#include "support/compare.h"
+
+namespace {
+
+using flashgate::Backend;
+using flashgate::Device;
+using flashgate::DType;
+using flashgate::Launch;
+using flashgate::detail::ScaleMode;
+using flashgate::harness::OwnedTensor;
+using flashgate::harness::PagedCase;
+using flashgate::harness::PagedConfig;
+
+constexpr double kTolerance = 0.005;
+constexpr double kBiasTolerance = 5e-4;
+
+Launch on(Backend b) {
+  Launch l;
+  l.backend = b;
+  return l;
+}
+
+// Sets FLASHGATE_NUM_SPLITS for one scope (the serving kernels' forced split count).
+class ForcedSplits {
+ public:
+  explicit ForcedSplits(int n) { setenv("FLASHGATE_NUM_SPLITS", std::to_string(n).c_str(), 1); }
+  ~ForcedSplits() { unsetenv("FLASHGATE_NUM_SPLITS"); }
+};
+
+struct Reference {
+  PagedCase host;  // the inputs, on the host
+  OwnedTensor o;   // fp64 reference output
+};
+
+Reference reference(const PagedConfig& cfg, uint64_t seed) {
+  flashgate::harness::Rng rng(seed);
+  Reference r{PagedCase::random(cfg, rng), {}};
+  PagedCase ref = r.host.to_f64();
+  flashgate::paged_attention(ref.args(), on(Backend::cpu));
+  r.o = ref.o;
+  return r;
+}
+
+// The cuda backend's output for the host case (poisoned output, device copy).
+OwnedTensor run_gpu(const PagedCase& host) {
+  PagedCase dev = host.to(Device::cuda);
+  dev.poison_outputs();
+  flashgate::paged_attention(dev.args(), on(Backend::cuda));
+  flashgate::harness::device_synchronize();
+  return dev.o.to(Device::cpu);
+}
+
+void expect_matches(const OwnedTensor& out, const OwnedTensor& ref, const PagedConfig& cfg) {
+  fgtest::expect_close("o", out, ref, kTolerance);
+  if (cfg.fp8) {
+    const double bias = flashgate::harness::output_bias(out.values(), ref.values());
+    EXPECT_LE(std::fabs(bias), kBiasTolerance) << "fp8 output bias " << bias;
+  }
+}
+
+std::string note(uint64_t seed, const PagedConfig& cfg) {
+  return cfg.describe() + " (seed " + std::to_string(seed) + ", FLASHGATE_SEED replays it)";
+}
+
+void check_paged(const PagedConfig& cfg) {
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE(note(seed, cfg));
+  const Reference r = reference(cfg, seed);
+  expect_matches(run_gpu(r.host), r.o, cfg);
+}
+
+PagedConfig base(DType dtype = DType::bf16) {
+  PagedConfig c;
+  c.dtype = dtype;
+  c.heads = 8, c.kv_heads = 2;
+  c.head_dim = 128, c.v_dim = 128;
+  c.block_size = 16;
+  c.context_lens = {37, 300, 1};
+  c.query_lens = {1, 4, 1};
+  return c;
+}
+
+PagedConfig fp8(PagedConfig c, ScaleMode mode) {
+  c.fp8 = true;
+  c.scale_mode = mode;
+  c.token_spread = 20.0;
+  return c;
+}
+
+// ---- basics ----------------------------------------------------------------------------------------------
+
+TEST(PagedCuda, Bf16Basic) {
+  FLASHGATE_REQUIRE_GPU();
+  check_paged(base(DType::bf16));
+}
+
+TEST(PagedCuda, F16Basic) {
+  FLASHGATE_REQUIRE_GPU();
+  check_paged(base(DType::f16));
+}
+
+TEST(PagedCuda, F32TakesTheFallback) {
+  FLASHGATE_REQUIRE_GPU();
+  PagedConfig c = base(DType::f32);
+  c.sink = true;
+  c.window = 20;
+  check_paged(c);
+}
+
+// K = 36 bf16 rows are 72 bytes apart: not 16-byte aligned, so the fp32 fallback runs them.
+TEST(PagedCuda, UnalignedRowsTakeTheFallback) {
+  FLASHGATE_REQUIRE_GPU();
+  PagedConfig c = base();
+  c.head_dim = 36, c.v_dim = 20;
+  check_paged(c);
+}
+
+// ---- GQA x page size x context: decode and verify ------------------------------------------------------
+
+struct GqaCase {
+  int64_t heads, kv_heads, block;
+};
+
+class PagedGqa : public ::testing::TestWithParam<GqaCase> {};
+
+TEST_P(PagedGqa, DecodeAndVerifyAcrossContexts) {
+  FLASHGATE_REQUIRE_GPU();
+  const GqaCase g = GetParam();
+  PagedConfig c = base();
+  c.heads = g.heads, c.kv_heads = g.kv_heads, c.block_size = g.block;
+  c.context_lens = {1, 2, 15, 16, 17, 129, 1000, 4096};
+  c.query_lens = {1, 2, 1, 4, 3, 1, 4, 2};
+  check_paged(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PagedGqa,
+                         ::testing::Values(GqaCase{16, 1, 16}, GqaCase{16, 2, 128}, GqaCase{8, 1, 128},
+                                           GqaCase{16, 2, 16}, GqaCase{4, 4, 64}, GqaCase{32, 1, 16},
+                                           GqaCase{12, 4, 32}, GqaCase{10, 2, 48}, GqaCase{8, 2, 256}),
+                         [](const auto& info) {
+                           return "HQ" + std::to_string(info.param.heads) + "_H" + std::to_string(info.param.kv_heads) +
+                                  "_block" + std::to_string(info.param.block);
+                         });
+
+// Verify: 2-4 query tokens whose context ends 1-4 tokens into a page.
+TEST(PagedCuda, VerifyTailsInsidePages) {
+  FLASHGATE_REQUIRE_GPU();
+  for (int64_t block : {16, 128}) {
+    PagedConfig c = base();
+    c.heads = 32, c.kv_heads = 8, c.block_size = block;
+    c.context_lens = {block + 1, 2 * block + 2, 5 * block + 3, 3 * block + 4, 4};
+    c.query_lens = {2, 3, 4, 4, 4};
+    check_paged(c);
+  }
+}
+
+// ---- head dims --------------------------------------------------------------------------------------------
+
+struct HeadCase {
+  int64_t K, V, heads, kv_heads;
+};
+
+class PagedHeads : public ::testing::TestWithParam<HeadCase> {};
+
+TEST_P(PagedHeads, Bf16AndFp8) {
+  FLASHGATE_REQUIRE_GPU();
+  const HeadCase h = GetParam();
+  PagedConfig c = base();
+  c.head_dim = h.K, c.v_dim = h.V, c.heads = h.heads, c.kv_heads = h.kv_heads;
+  c.context_lens = {300, 17, 64};
+  c.query_lens = {4, 1, 2};
+  check_paged(c);
+  check_paged(fp8(c, ScaleMode::per_token));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dims, PagedHeads,
+                         ::testing::Values(HeadCase{128, 128, 8, 1}, HeadCase{576, 512, 16, 1},
+                                           HeadCase{64, 64, 4, 2}, HeadCase{80, 48, 4, 1}, HeadCase{96, 200, 4, 2},
+                                           HeadCase{256, 256, 4, 1}, HeadCase{512, 64, 2, 1},
+                                           HeadCase{200, 512, 2, 2}),
+                         [](const auto& info) {
+                           return "K" + std::to_string(info.param.K) + "_V" + std::to_string(info.param.V) + "_HQ" +
+                                  std::to_string(info.param.heads) + "_H" + std::to_string(info.param.kv_heads);
+                         });
+
+// ---- fp8 --------------------------------------------------------------------------------------------------
+
+TEST(PagedCuda, Fp8ScaleModesAndPages) {
+  FLASHGATE_REQUIRE_GPU();
+  for (ScaleMode mode : {ScaleMode::per_tensor, ScaleMode::per_token, ScaleMode::none})
+    for (int64_t block : {16, 128}) {
+      PagedConfig c = fp8(base(), mode);
+      c.heads = 16, c.kv_heads = 1, c.block_size = block;
+      c.context_lens = {1, 33, 700, 2049};
+      c.query_lens = {1, 4, 2, 3};
+      if (mode == ScaleMode::none) c.token_spread = 1.0;  // unscaled e4m3 holds N(0,1) values directly
+      check_paged(c);
+      c.dtype = DType::f16;
+      check_paged(c);
+    }
+}
+
+// The per-token V scale must not be rounded onto P at 8 bits: a long context with 20x magnitude spread
+// shows the bias that rounding would leave (about 0.3%).
+TEST(PagedCuda, Fp8PerTokenBiasLongContext) {
+  FLASHGATE_REQUIRE_GPU();
+  PagedConfig c = fp8(base(), ScaleMode::per_token);
+  c.heads = 8, c.kv_heads = 1, c.block_size = 16;
+  c.context_lens = {4096, 3000};
+  c.query_lens = {4, 1};
+  check_paged(c);
+}
+
+// ---- long contexts ------------------------------------------------------------------------------------
+
+TEST(PagedCuda, Context65537) {
+  FLASHGATE_REQUIRE_GPU();
+  PagedConfig c = base();
+  c.heads = 4, c.kv_heads = 1, c.block_size = 128;
+  c.context_lens = {65537, 1000};
+  c.query_lens = {3, 1};
+  check_paged(c);
+  c = fp8(c, ScaleMode::per_token);
+  c.block_size = 16;
+  c.head_dim = 64, c.v_dim = 64;  // keeps the host's exact fp8 encoding of 65537 tokens quick
+  c.context_lens = {65537};
+  c.query_lens = {1};
+  check_paged(c);
+}
+
+// ---- batches, tables, features ----------------------------------------------------------------------
+
+// Prefill chunks next to decode and verify rows in one batch, an empty sequence among them.
+TEST(PagedCuda, MixedPrefillDecodeVerify) {
+  FLASHGATE_REQUIRE_GPU();
+  for (DType d : {DType::bf16, DType::f16}) {
+    PagedConfig c = base(d);
+    c.heads = 8, c.kv_heads = 2, c.block_size = 64;
+    c.context_lens = {1000, 0, 37, 700, 64, 129};
+    c.query_lens = {300, 0, 1, 4, 64, 100};
+    check_paged(c);
+    c.heads = 32, c.kv_heads = 1;  // G = 32: two head blocks per token
+    c.context_lens = {200, 5, 80};
+    c.query_lens = {50, 5, 3};
+    check_paged(c);
+  }
+}
+
+TEST(PagedCuda, WindowsAndSinks) {
+  FLASHGATE_REQUIRE_GPU();
+  for (int64_t window : {0, 1, 16, 63, 65, 100000}) {
+    PagedConfig c = base();
+    c.sink = true;
+    c.window = window;
+    c.context_lens = {1, 200, 1000};
+    c.query_lens = {1, 4, 70};
+    check_paged(c);
+  }
+  PagedConfig c = fp8(base(), ScaleMode::per_token);
+  c.sink = true;
+  c.window = 40;
+  check_paged(c);
+}
+
+TEST(PagedCuda, ScaleArgument) {
+  FLASHGATE_REQUIRE_GPU();
+  PagedConfig c = base();
+  c.scale = 0.02f;
+  check_paged(c);
+}
+
+TEST(PagedCuda, UnshuffledTableWithoutNaN) {
+  FLASHGATE_REQUIRE_GPU();
+  PagedConfig c = base();
+  c.shuffle_blocks = false;
+  c.nan_unused = false;
+  check_paged(c);
+}
+
+TEST(PagedCuda, ManySequences) {
+  FLASHGATE_REQUIRE_GPU();
+  PagedConfig c = base();
+  c.heads = 4, c.kv_heads = 1, c.head_dim = 64, c.v_dim = 64;
+  c.context_lens.clear(), c.query_lens.clear();
+  for (int64_t n = 0; n < 600; ++n) {
+    c.context_lens.push_back(1 + (n * 37) % 300);
+    c.query_lens.push_back(1 + n % 4 > c.context_lens.back() ? 1 : 1 + n % 4);
+  }
+  check_paged(c);
+}
+
+// ---- split-KV ----------------------------------------------------------------------------------------
+
+// Each split count gives the unsplit result within tolerance (and the reference), slices empty included.
+TEST(PagedCuda, EverySplitCountAgrees) {
+  FLASHGATE_REQUIRE_GPU();
+  for (bool use_fp8 : {false, true}) {
+    PagedConfig c = base();
+    c.heads = 16, c.kv_heads = 2, c.block_size = 16;
+    c.sink = true;
+    c.context_lens = {3, 100, 1500, 4000, 0};
+    c.query_lens = {1, 4, 3, 1, 0};
+    if (use_fp8) c = fp8(c, ScaleMode::per_token);
+    const uint64_t seed = flashgate::harness::fresh_seed();
+    SCOPED_TRACE(note(seed, c));
+    const Reference r = reference(c, seed);
+    OwnedTensor unsplit;
+    {
+      ForcedSplits one(1);
+      unsplit = run_gpu(r.host);
+    }
+    expect_matches(unsplit, r.o, c);
+    for (int splits : {2, 3, 7, 16, 64, 128}) {
+      SCOPED_TRACE("splits " + std::to_string(splits));
+      ForcedSplits forced(splits);
+      const OwnedTensor out = run_gpu(r.host);
+      fgtest::expect_close("o vs unsplit", out, unsplit, kTolerance);
+      expect_matches(out, r.o, c);
+    }
+  }
+}
+
+// The heuristic's own choice on a shape that splits (few sequences, long contexts), window included.
+TEST(PagedCuda, HeuristicSplitsLongVerify) {
+  FLASHGATE_REQUIRE_GPU();
+  PagedConfig c = base();
+  c.heads = 32, c.kv_heads = 8, c.block_size = 16;
+  c.context_lens = {8192, 8000, 7001};
+  c.query_lens = {4, 4, 4};
+  check_paged(c);
+  c.window = 3000;
+  check_paged(c);
+}
+
+// ---- graph capture and workspace ------------------------------------------------------------------
+
+// Under CUDA-graph capture: validate off, a caller workspace from workspace_size, no host sync; replays
+// give the reference. (workspace_size runs before the capture and also prepares the kernels.)
+TEST(PagedCuda, CudaGraphCaptureWithWorkspace) {
+  FLASHGATE_REQUIRE_GPU();
+  PagedConfig c = fp8(base(), ScaleMode::per_token);
+  c.heads = 32, c.kv_heads = 8;
+  c.context_lens = {5000, 3};
+  c.query_lens = {4, 3};
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE(note(seed, c));
+  const Reference r = reference(c, seed);
+  PagedCase dev = r.host.to(Device::cuda);
+  dev.poison_outputs();
+  flashgate::PagedArgs args = dev.args();
+  args.validate = false;
+  const size_t bytes = flashgate::workspace_size(args, Backend::cuda);
+  flashgate::harness::Buffer workspace(Device::cuda, bytes);
+
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);  // orders after the poisoning memsets
+  Launch launch;
+  launch.backend = Backend::cuda;
+  launch.stream = stream;
+  launch.workspace = workspace.data();
+  launch.workspace_bytes = bytes;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  flashgate::paged_attention(args, launch);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 2; ++replay) {
+    dev.poison_outputs();
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    expect_matches(dev.o.to(Device::cpu), r.o, c);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+}  // namespace
