@@ -7,9 +7,10 @@
 
 namespace flashgate::cuda {
 
-// Whether query i sees key j: j <= i, i - j < window, both inside the sequence.
+// Whether query i sees key j: j <= i, i - j < window, both inside the sequence. Bitwise, not short-circuit:
+// kernels evaluate it per score element, where a branch per element costs more than the three compares.
 FG_HOST_DEVICE bool visible(int i, int j, int len, int window) {
-  return j <= i && i < len && (window < 0 || i - j < window);
+  return (j <= i) & (i < len) & ((window < 0) | (i - j < window));
 }
 
 // Keys [begin, end) that any query of rows [row_begin, row_end) may see (empty: begin >= end).

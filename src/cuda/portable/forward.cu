@@ -60,7 +60,8 @@ ForwardPlan plan_forward(const AttentionParams& p) {
   if (p.dtype == DType::f32) return plan;
   plan.bucket = cuda::forward_bucket(p.K, p.V);
   plan.tile = bucket_facts(plan.bucket);
-  if (plan.tile.smem > max_shared_memory_per_block()) return plan;
+  constexpr size_t kStaticSmem = 128;  // the kernel's __shared__ work item
+  if (plan.tile.smem + kStaticSmem > max_shared_memory_per_block()) return plan;
   plan.tiled = true;
   plan.num_vchunks = static_cast<int>((p.V + plan.tile.vb - 1) / plan.tile.vb);
   plan.repack_q = p.q_width < 16, plan.repack_k = p.k_width < 16, plan.repack_v = p.v_width < 16;

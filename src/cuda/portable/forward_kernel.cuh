@@ -283,6 +283,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
     forward_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ TileSchedule sched,
                    const int num_vchunks) {
   extern __shared__ __align__(16) unsigned char smem[];
+  // The item lives in shared memory: the epilogue reads it back instead of holding it in registers through
+  // the main loop (the D128 tile needs every register there).
+  __shared__ WorkItem item;
   WorkItem w;
   w.h = blockIdx.x % p.HQ;
   const int64_t rest = blockIdx.x / p.HQ;
@@ -297,7 +300,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
   w.v0 = vchunk * Tile::VB;
   w.v_width = min(Tile::VB, p.V - w.v0);
   w.keys = keys_seen_by_rows(w.m0, w.m0 + w.rows, w.seq.len, p.window);
-  ForwardBlock<Tile>(p, w, smem).run();
+  if (threadIdx.x == 0) item = w;
+  __syncthreads();
+  ForwardBlock<Tile>(p, item, smem).run();
 }
 
 }  // namespace forward_detail
