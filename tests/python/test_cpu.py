@@ -2,6 +2,9 @@
 forward, backward, decode, paged (incl. fp8 per-tensor and per-token scales), and the error contract.
 No torch needed."""
 
+import subprocess
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -322,6 +325,18 @@ def test_module_info():
     assert flashgate.__version__ == _C.version()
     assert isinstance(flashgate.cuda_available(), bool)
     assert isinstance(flashgate.built_with_cuda(), bool)
+
+
+def test_import_without_torch():
+    """flashgate imports and runs its numpy path where torch cannot be imported."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import numpy as np, flashgate\n"
+            "assert flashgate._torch is None\n"
+            "q = np.ones((1, 3, 1, 4), np.float32)\n"
+            "print(flashgate.parallel_attn(q, q, q).shape)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "(1, 3, 1, 4)"
 
 
 def test_dlpack_capsules_and_workspace_queries(rng):

@@ -134,15 +134,18 @@ def test_torch_compile_fullgraph(gen):
     c = make_case(gen, torch.float32, "packed", "all")
 
     def step(q, k, v, g, sink):
-        o = flashgate.parallel_attn(q, k, v, g, None, c["window_size"], c["cu_seqlens"], sink_bias=sink)
-        return (o * o).sum()
+        o, lse = flashgate.parallel_attn(q, k, v, g, None, c["window_size"], c["cu_seqlens"], sink_bias=sink,
+                                         return_lse=True)
+        return (o * o).sum(), lse
 
-    eager_loss = step(c["q"], c["k"], c["v"], c["g"], c["sink_bias"])
+    eager_loss, eager_lse = step(c["q"], c["k"], c["v"], c["g"], c["sink_bias"])
     eager = torch.autograd.grad(eager_loss, [c[n] for n in ("q", "k", "v", "g", "sink_bias")])
+    torch._dynamo.reset()
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
-    loss = compiled(c["q"], c["k"], c["v"], c["g"], c["sink_bias"])
+    loss, lse = compiled(c["q"], c["k"], c["v"], c["g"], c["sink_bias"])
     grads = torch.autograd.grad(loss, [c[n] for n in ("q", "k", "v", "g", "sink_bias")])
     torch.testing.assert_close(loss, eager_loss)
+    torch.testing.assert_close(lse, eager_lse)
     for a, b in zip(grads, eager):
         torch.testing.assert_close(a, b)
 

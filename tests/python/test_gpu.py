@@ -1,0 +1,527 @@
+"""GPU tests of the torch layer (skip without CUDA): an fp64 torch reference for a moderate subset of the
+CUDA issues' matrix, gradients through torch.autograd, torch.compile(fullgraph=True), CUDA-graph capture and
+replay of decode and paged, non-contiguous inputs, GPT-OSS's sink formulation, and flash-linear-attention's
+published parallel_attn test shapes and tolerances."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device: the GPU tests run on the H200", allow_module_level=True)
+
+import flashgate  # noqa: E402
+
+if not flashgate.cuda_available():
+    pytest.skip("flashgate was built without its CUDA backends", allow_module_level=True)
+
+import torch.nn.functional as F  # noqa: E402
+
+import torch_reference as ref  # noqa: E402
+from support import fresh_seed  # noqa: E402
+
+DEV = "cuda"
+F16, BF16 = torch.float16, torch.bfloat16
+
+
+class Seeded:
+    def __init__(self, seed):
+        self.seed = seed
+        self.gen = torch.Generator(device=DEV).manual_seed(seed)
+
+    def randn(self, shape, dtype=torch.float32):
+        return torch.randn(shape, generator=self.gen, device=DEV, dtype=torch.float32).to(dtype)
+
+    def uniform(self, shape, lo, hi):
+        return torch.rand(shape, generator=self.gen, device=DEV) * (hi - lo) + lo
+
+
+@pytest.fixture
+def rng():
+    return Seeded(fresh_seed())
+
+
+@pytest.fixture(autouse=True)
+def poisoned_outputs(monkeypatch):
+    """Outputs the torch ops allocate start as NaN, so an element the kernels never write fails."""
+    def poisoned(shape, dtype, device):
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+    monkeypatch.setattr(flashgate.torch_ops, "_empty", poisoned)
+
+
+# ---- parallel_attn: forward + backward against the fp64 reference -------------------------------------------
+
+def check_attention(rng, dtype, B, T, HQ, H, K, V, cu=None, gate=None, sink=False, window=None, scale=None,
+                    tol=5e-3, return_lse=True, deterministic=False, make_inputs=None):
+    """Runs flashgate.parallel_attn forward and backward and compares o, lse and every gradient with the fp64
+    reference computed on the same rounded inputs. gate: None, 'logsigmoid', 'uniform' or 'randn' (FLA)."""
+    if make_inputs is None:
+        q, k, v = rng.randn((B, T, HQ, K), dtype), rng.randn((B, T, H, K), dtype), rng.randn((B, T, H, V), dtype)
+    else:
+        q, k, v = make_inputs()
+    g = None
+    if gate == "logsigmoid":
+        g = F.logsigmoid(rng.randn((B, T, HQ)))
+    elif gate == "uniform":
+        g = rng.uniform((B, T, HQ), -0.1, -0.01)
+    elif gate == "randn":
+        g = rng.randn((B, T, HQ), dtype)
+    s = rng.randn((HQ,)) if sink else None
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=DEV) if cu is not None else None
+    leaves = [t.detach().requires_grad_() if t.is_leaf else t for t in (q, k, v)]
+    q, k, v = leaves
+    extra = [t.requires_grad_() for t in (g, s) if t is not None]
+    inputs = [q, k, v, *extra]
+
+    out = flashgate.parallel_attn(q, k, v, g, scale, window, cu_t, sink_bias=s, return_lse=return_lse,
+                                  deterministic=deterministic)
+    o, lse = out if return_lse else (out, None)
+    do = rng.randn(o.shape, dtype)
+    grads = torch.autograd.grad(o, inputs, do)
+
+    r_inputs = [t.detach().double().requires_grad_() for t in (q, k, v, g, s) if t is not None]
+    rq, rk, rv = r_inputs[:3]
+    rg = r_inputs[3] if g is not None else None
+    rs = r_inputs[-1] if s is not None else None
+    ro, rlse = ref.attention(rq, rk, rv, rg, rs, scale, window, cu_t)
+    r_grads = torch.autograd.grad(ro, r_inputs, do.double())
+
+    ref.assert_close("o", o, ro, tol, rng.seed)
+    if lse is not None:
+        ref.assert_close("lse", lse, rlse, tol, rng.seed)
+    names = ["dq", "dk", "dv"] + (["dg"] if g is not None else []) + (["dsink"] if s is not None else [])
+    for name, got, want in zip(names, grads, r_grads):
+        ref.assert_close(name, got, want, tol, rng.seed)
+    return grads
+
+
+HEAD_DIMS = [(16, 16), (60, 60), (64, 64), (100, 100), (128, 128), (192, 128), (128, 320), (256, 256), (320, 128),
+             (512, 256), (256, 512), (512, 512)]
+FEATURES = {
+    "none": {}, "gate": {"gate": "logsigmoid"}, "gate_uniform": {"gate": "uniform"}, "sink": {"sink": True},
+    "w0": {"window": 0}, "w1": {"window": 1}, "w63": {"window": 63}, "w64": {"window": 64}, "w65": {"window": 65},
+    "w1024": {"window": 1024}, "gate+window+sink": {"gate": "logsigmoid", "window": 64, "sink": True},
+}
+HEADS = [(8, 8), (8, 2), (4, 1), (8, 4)]  # MHA, GQA, MQA
+LAYOUTS = {"dense": {"B": 3, "T": 257}, "packed": {"B": 1, "cu": [0, 15, 100, 300, 1200, 2000]},
+           "packed_small": {"B": 1, "cu": [0, 0, 1, 2, 65, 129, 130]}}
+
+
+def matrix():
+    """Every head-dim pair in both dtypes with features, head layouts and dense/packed rotating, plus every
+    feature at (128,128) in both dtypes and both layouts."""
+    cases = []
+    feature_names = list(FEATURES)
+    for i, (K, V) in enumerate(HEAD_DIMS):
+        for j, dtype in enumerate((F16, BF16)):
+            n = 2 * i + j
+            layout = ("dense", "packed_small")[n % 2] if K * V > 128 * 128 else ("dense", "packed")[n % 2]
+            cases.append((dtype, K, V, HEADS[n % len(HEADS)], layout, feature_names[n % len(feature_names)]))
+    for feature in feature_names:
+        for dtype in (F16, BF16):
+            for layout in ("dense", "packed"):
+                cases.append((dtype, 128, 128, (8, 2), layout, feature))
+    return list(dict.fromkeys(cases))  # without repeats
+
+
+def _case_id(c):
+    dtype, K, V, (HQ, H), layout, feature = c
+    return f"{str(dtype)[6:]}-K{K}V{V}-HQ{HQ}H{H}-{layout}-{feature}"
+
+
+@pytest.mark.parametrize("case", matrix(), ids=_case_id)
+def test_parallel_attn_matrix(rng, case):
+    dtype, K, V, (HQ, H), layout, feature = case
+    shape = LAYOUTS[layout]
+    cu = shape.get("cu")
+    T = cu[-1] if cu else shape["T"]
+    if cu is None and K * V > 128 * 128:
+        T = 129  # keeps the fp64 reference small for the big heads
+    check_attention(rng, dtype, shape["B"], T, HQ, H, K, V, cu=cu, **FEATURES[feature])
+
+
+def test_bf16_large_scale_budget(rng):
+    # SPEC 7: bf16 with a peaked softmax (scale 1.0 at K=80) passes at 0.01.
+    check_attention(rng, BF16, 2, 200, 4, 2, 80, 80, scale=1.0, tol=1e-2)
+
+
+def test_many_packed_segments_and_many_heads(rng):
+    lens = torch.randint(0, 5, (4096,), generator=torch.Generator().manual_seed(rng.seed)).tolist()
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    check_attention(rng, BF16, 1, cu[-1], 4, 2, 64, 64, cu=cu, gate="logsigmoid", sink=True)
+
+
+def test_deterministic_backward_is_bitwise_repeatable(rng):
+    B, T, HQ, H, D = 2, 300, 8, 2, 64
+    q, k, v = (rng.randn(s, BF16).requires_grad_() for s in ((B, T, HQ, D), (B, T, H, D), (B, T, H, D)))
+    g = F.logsigmoid(rng.randn((B, T, HQ))).requires_grad_()
+    s = rng.randn((HQ,)).requires_grad_()
+    do = rng.randn((B, T, HQ, D), BF16)
+    runs = []
+    for _ in range(2):
+        o = flashgate.parallel_attn(q, k, v, g, sink_bias=s, deterministic=True)
+        runs.append(torch.autograd.grad(o, [q, k, v, g, s], do))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
+# ---- non-contiguous inputs -----------------------------------------------------------------------------------
+
+def test_strided_qkv_views(rng):
+    B, T, HQ, H, D = 2, 190, 8, 2, 64
+
+    def fused():
+        qkv = rng.randn((B, T, HQ + 2 * H, D + 16), BF16).requires_grad_()
+        return qkv[..., :HQ, :D], qkv[..., HQ:HQ + H, 8:D + 8], qkv[..., HQ + H:, 16:]
+    check_attention(rng, BF16, B, T, HQ, H, D, D, gate="logsigmoid", sink=True, window=50, make_inputs=fused)
+
+
+def test_time_transposed_layout(rng):
+    """[B,H,T,D]-allocated tensors viewed as [B,T,H,D] (the layout of many attention modules)."""
+    B, T, HQ, H, D = 2, 130, 4, 2, 128
+
+    def head_major():
+        return (rng.randn((B, HQ, T, D), F16).transpose(1, 2), rng.randn((B, H, T, D), F16).transpose(1, 2),
+                rng.randn((B, H, T, D), F16).transpose(1, 2))
+    check_attention(rng, F16, B, T, HQ, H, D, D, make_inputs=head_major)
+
+
+# ---- GPT-OSS's sink formulation --------------------------------------------------------------------------------
+
+def gpt_oss_sink_attention(q, k, v, sink, scale, window=None):
+    """GPT-OSS eager attention: concatenate the sink logit as an extra column, softmax, drop the column."""
+    B, T, HQ, _ = q.shape
+    G = HQ // k.shape[2]
+    qh = q.transpose(1, 2)
+    kh = k.transpose(1, 2).repeat_interleave(G, dim=1)
+    vh = v.transpose(1, 2).repeat_interleave(G, dim=1)
+    logits = qh @ kh.transpose(2, 3) * scale
+    row = torch.arange(T, device=q.device)[:, None]
+    col = torch.arange(T, device=q.device)[None, :]
+    invalid = col > row
+    if window is not None:
+        invalid = invalid | (row - col >= window)
+    logits = logits.masked_fill(invalid, float("-inf"))
+    combined = torch.cat([logits, sink.view(1, HQ, 1, 1).expand(B, HQ, T, 1)], dim=-1)
+    combined = combined - combined.max(dim=-1, keepdim=True).values
+    probs = torch.softmax(combined, dim=-1)[..., :-1]
+    return (probs @ vh).transpose(1, 2)
+
+
+@pytest.mark.parametrize("window", [None, 64, 0], ids=["full", "swa64", "w0"])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+def test_sink_matches_gpt_oss(rng, dtype, window):
+    B, T, H, HQ, D = 2, 96, 2, 8, 64
+    q, k, v = rng.randn((B, T, HQ, D), dtype), rng.randn((B, T, H, D), dtype), rng.randn((B, T, H, D), dtype)
+    sink = rng.randn((HQ,))
+    do = rng.randn((B, T, HQ, D), dtype)
+    leaves = [t.requires_grad_() for t in (q, k, v, sink)]
+    o = flashgate.parallel_attn(q, k, v, None, 0.1, window, sink_bias=sink)
+    grads = torch.autograd.grad(o, leaves, do)
+    r = [t.detach().double().requires_grad_() for t in leaves]
+    ro = gpt_oss_sink_attention(*r[:3], r[3], 0.1, window)
+    r_grads = torch.autograd.grad(ro, r, do.double())
+    # Our own reference agrees with GPT-OSS's formulation to rounding.
+    ours = ref.attention(r[0].detach(), r[1].detach(), r[2].detach(), None, r[3].detach(), 0.1, window)[0]
+    ref.assert_close("reference", ours, ro, 1e-6, rng.seed)  # 1e-6: the API's scale is a float32
+    for name, got, want in zip(("o", "dq", "dk", "dv", "dsink"), (o, *grads), (ro, *r_grads)):
+        ref.assert_close(name, got, want, 5e-3, rng.seed)
+
+
+# ---- flash-linear-attention's published tests (tests/ops/test_attn.py): shapes, draws, tolerances ---------
+
+@pytest.mark.parametrize("B, T, H, HQ, D, scale", [
+    (1, 63, 1, 1, 64, 1.0), (3, 111, 2, 2, 100, 1.0), (3, 1024, 2, 8, 60, 0.1), (3, 1024, 2, 8, 128, 0.1),
+    (4, 2048, 2, 8, 64, 0.1)])
+def test_fla_parallel(rng, B, T, H, HQ, D, scale):
+    check_attention(rng, F16, B, T, HQ, H, D, D, scale=scale, return_lse=False)
+
+
+@pytest.mark.parametrize("B, T, H, HQ, D, scale", [
+    (1, 63, 1, 1, 64, 1.0), (3, 111, 2, 2, 100, 1.0), (3, 1024, 2, 8, 60, 0.1)])
+def test_fla_parallel_with_g(rng, B, T, H, HQ, D, scale):
+    check_attention(rng, F16, B, T, HQ, H, D, D, scale=scale, gate="randn", return_lse=False)
+
+
+@pytest.mark.parametrize("H, HQ, D, cu", [
+    (2, 2, 64, [0, 15]), (2, 8, 64, [0, 256, 500, 1000]), (2, 2, 100, [0, 15, 100, 300, 1200, 2000])])
+def test_fla_parallel_varlen(rng, H, HQ, D, cu):
+    check_attention(rng, F16, 1, cu[-1], HQ, H, D, D, cu=cu, return_lse=False)
+
+
+@pytest.mark.parametrize("B, T, H, HQ, D, W", [(1, 63, 1, 1, 64, 16), (3, 111, 2, 2, 100, 32), (3, 1024, 2, 8, 128, 64)])
+def test_fla_parallel_swa(rng, B, T, H, HQ, D, W):
+    check_attention(rng, F16, B, T, HQ, H, D, D, window=W, return_lse=False)
+
+
+@pytest.mark.parametrize("B, T, H, HQ, D", [(1, 63, 1, 1, 64), (3, 111, 2, 2, 100), (3, 1024, 2, 8, 128)])
+def test_fla_parallel_sink(rng, B, T, H, HQ, D):
+    check_attention(rng, F16, B, T, HQ, H, D, D, sink=True, return_lse=False)
+
+
+@pytest.mark.parametrize("H, HQ, D, W, cu", [(2, 2, 64, 16, [0, 111]), (2, 8, 100, 32, [0, 256, 500, 1000])])
+def test_fla_parallel_swa_varlen(rng, H, HQ, D, W, cu):
+    check_attention(rng, F16, 1, cu[-1], HQ, H, D, D, cu=cu, window=W, return_lse=False)
+
+
+@pytest.mark.parametrize("B, T, H, HQ, D, scale", [
+    (1, 63, 1, 1, 64, 1.0), (3, 111, 2, 2, 100, 1.0), (3, 1024, 2, 8, 60, 0.1), (3, 1024, 2, 8, 128, 0.1),
+    (4, 2048, 2, 8, 64, 0.1)])
+def test_fla_forgetting_attn(rng, B, T, H, HQ, D, scale):
+    # FLA's tests/ops/test_forgetting_attn.py: g ~ U(-0.1, -0.01).
+    check_attention(rng, F16, B, T, HQ, H, D, D, scale=scale, gate="uniform", return_lse=False)
+
+
+# ---- torch.compile ---------------------------------------------------------------------------------------------
+
+def test_torch_compile_fullgraph_training_step(rng):
+    B, T, HQ, H, D = 2, 200, 8, 2, 64
+    q, k, v = (rng.randn(s, BF16).requires_grad_() for s in ((B, T, HQ, D), (B, T, H, D), (B, T, H, D)))
+    g = F.logsigmoid(rng.randn((B, T, HQ))).requires_grad_()
+    s = rng.randn((HQ,)).requires_grad_()
+    w = rng.randn((B, T, HQ, D))
+
+    def step(q, k, v, g, s):
+        o, lse = flashgate.parallel_attn(q, k, v, g, None, 64, sink_bias=s, return_lse=True, deterministic=True)
+        return (o.float() * w).sum(), o, lse
+
+    eager_loss, eager_o, eager_lse = step(q, k, v, g, s)
+    eager_grads = torch.autograd.grad(eager_loss, [q, k, v, g, s])
+    torch._dynamo.reset()
+    compiled = torch.compile(step, fullgraph=True)
+    loss, o, lse = compiled(q, k, v, g, s)
+    grads = torch.autograd.grad(loss, [q, k, v, g, s])
+    # The op is opaque to the compiler: the same kernels on the same inputs (deterministic backward).
+    assert torch.equal(o, eager_o) and torch.equal(lse, eager_lse)
+    torch.testing.assert_close(loss, eager_loss, rtol=1e-5, atol=1e-3)
+    for a, b in zip(grads, eager_grads):
+        assert torch.equal(a, b)
+
+
+def test_torch_compile_fullgraph_serving_ops(rng):
+    c = paged_case(rng, BF16, block_size=16, query_lens=[1, 4, 30], context_lens=[100, 60, 30], HQ=16, H=2, K=128,
+                   V=128)
+    cu = torch.tensor([0, 100, 160, 190], dtype=torch.int32, device=DEV)
+    kd, vd = rng.randn((190, 2, 128), BF16), rng.randn((190, 2, 128), BF16)
+    qd = rng.randn((1, 3, 16, 128), BF16)
+
+    def serve(c, qd, kd, vd):
+        o1 = flashgate.paged_attention(**c, window_size=32)
+        o2 = flashgate.attn_decoding_one_step(qd, kd[None], vd[None], cu_seqlens=cu)
+        return o1, o2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(serve, fullgraph=True)
+    for a, b in zip(compiled(c, qd, kd, vd), serve(c, qd, kd, vd)):
+        assert torch.equal(a, b)
+
+
+# ---- decode ----------------------------------------------------------------------------------------------------
+
+DECODE_CASES = {
+    # name: (HQ, H, K, V, context lengths, feature)
+    "gqa8-d128": (32, 4, 128, 128, [1, 17, 300, 4096, 0, 1025], {}),
+    "gqa16-gate": (16, 1, 128, 128, [33, 2048, 5], {"gate": True}),
+    "gate_scale-window-sink": (8, 2, 64, 64, [100, 64, 1, 700], {"gate": True, "gate_scale": True, "window": 64,
+                                                                "sink": True}),
+    "k_ne_v": (8, 8, 96, 160, [10, 513], {"sink": True}),
+    "d512": (4, 2, 512, 512, [77, 1000], {"window": 100}),
+}
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("name", DECODE_CASES)
+def test_decode(rng, name, dtype):
+    HQ, H, K, V, lens, f = DECODE_CASES[name]
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    T, N = int(cu[-1]), len(lens)
+    q, k, v = rng.randn((1, N, HQ, K), dtype), rng.randn((1, T, H, K), dtype), rng.randn((1, T, H, V), dtype)
+    g = F.logsigmoid(rng.randn((1, T, HQ))) if f.get("gate") else None
+    s = rng.randn((HQ,)) if f.get("sink") else None
+    o = flashgate.attn_decoding_one_step(q, k, v, g, None, cu, f.get("gate_scale", False), sink_bias=s,
+                                         window_size=f.get("window"))
+    want = ref.decode(q[0].double(), k[0].double(), v[0].double(), cu, None if g is None else g[0].double(),
+                      None if s is None else s.double(), None, f.get("window"), f.get("gate_scale", False))
+    ref.assert_close("o", o[0], want, 5e-3, rng.seed)
+
+
+def test_decode_on_strided_cache(rng):
+    """k and v as views into one fused [T, 2, H, D] buffer."""
+    lens = [40, 1, 300]
+    cu = torch.tensor([0, 40, 41, 341], dtype=torch.int32, device=DEV)
+    kv = rng.randn((341, 2, 2, 128), BF16)
+    q = rng.randn((3, 16, 128), BF16)
+    o = flashgate.attn_decoding_one_step(q, kv[:, 0], kv[:, 1], cu_seqlens=cu)
+    want = ref.decode(q.double(), kv[:, 0].double(), kv[:, 1].double(), cu)
+    assert o.shape == (3, 16, 128) and len(lens) == 3
+    ref.assert_close("o", o, want, 5e-3, rng.seed)
+
+
+# ---- paged -----------------------------------------------------------------------------------------------------
+
+def paged_case(rng, dtype, block_size, query_lens, context_lens, HQ, H, K, V, nan_unused=True, spread=20.0):
+    """A vLLM-layout cache with shuffled block tables, token magnitudes differing by up to `spread`, and NaN
+    (with table entries of -1) in every slot and block the sequences do not use."""
+    N = len(query_lens)
+    need = [-(-c // block_size) for c in context_lens]
+    max_blocks = max(need) + 1
+    num_blocks = sum(need) + 4
+    perm = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(rng.seed)).int()
+    table = torch.full((N, max_blocks), -1, dtype=torch.int32)
+    used = 0
+    for n, b in enumerate(need):
+        table[n, :b] = perm[used:used + b]
+        used += b
+    magnitude = rng.uniform((num_blocks, block_size, H, 1), 1.0 / spread, 1.0)
+    k_cache = (rng.randn((num_blocks, block_size, H, K)) * magnitude).to(dtype)
+    v_cache = (rng.randn((num_blocks, block_size, H, V)) * magnitude).to(dtype)
+    if nan_unused:
+        live = torch.zeros(num_blocks, block_size, dtype=torch.bool)
+        for n, length in enumerate(context_lens):
+            for j in range(length):
+                live[table[n, j // block_size], j % block_size] = True
+        k_cache[~live.to(DEV)] = float("nan")
+        v_cache[~live.to(DEV)] = float("nan")
+    cu_q = torch.tensor([0] + torch.tensor(query_lens).cumsum(0).tolist(), dtype=torch.int32, device=DEV)
+    return dict(q=rng.randn((int(cu_q[-1]), HQ, K), dtype), k_cache=k_cache, v_cache=v_cache,
+                block_table=table.to(DEV), seq_lens_k=torch.tensor(context_lens, dtype=torch.int32, device=DEV),
+                cu_seqlens_q=cu_q)
+
+
+def quantize_per_token(c):
+    """fp8 e4m3 caches with per-token scales [num_blocks, H, block_size] (NaN where the cache is NaN)."""
+    scales = {}
+    for name in ("k", "v"):
+        cache = c[f"{name}_cache"].float()
+        s = cache.abs().amax(dim=-1).clamp_min(1e-6) / 448.0  # [num_blocks, block_size, H]
+        c[f"{name}_cache"] = (cache / s[..., None]).to(torch.float8_e4m3fn)
+        scales[f"{name}_scale"] = s.transpose(1, 2).contiguous()
+    return scales
+
+
+def quantize_per_tensor(c):
+    scales = {}
+    for name in ("k", "v"):
+        cache = c[f"{name}_cache"].float()
+        s = float(cache.nan_to_num().abs().amax()) / 448.0
+        c[f"{name}_cache"] = (cache / s).to(torch.float8_e4m3fn)
+        scales[f"{name}_scale"] = torch.tensor([s], device=DEV)
+    return scales
+
+
+PAGED_CASES = {
+    # name: (block_size, query lens, context lens, HQ, H, K, V, feature)
+    "decode-gqa8-d128-p16": (16, [1] * 6, [1, 16, 17, 300, 4096, 33], 32, 4, 128, 128, {}),
+    "verify-gqa16-p16": (16, [2, 3, 4, 4], [18, 35, 4, 1000], 16, 1, 128, 128, {"sink": True}),
+    "mixed-p128": (128, [1, 4, 200, 57], [900, 131, 200, 1300], 16, 2, 128, 128, {"window": 128}),
+    "mla-576-512-p64": (64, [1, 2, 1], [700, 65, 3000], 16, 1, 576, 512, {}),
+    "long-65537-p128": (128, [1, 3], [65537, 129], 8, 1, 128, 128, {"sink": True}),
+}
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8_per_tensor", "fp8_per_token"])
+@pytest.mark.parametrize("name", PAGED_CASES)
+def test_paged(rng, name, kv):
+    bs, lq, lk, HQ, H, K, V, f = PAGED_CASES[name]
+    c = paged_case(rng, BF16, bs, lq, lk, HQ, H, K, V)
+    scales = {}
+    if kv == "fp8_per_tensor":
+        scales = quantize_per_tensor(c)
+    elif kv == "fp8_per_token":
+        scales = quantize_per_token(c)
+    s = rng.randn((HQ,)) if f.get("sink") else None
+    o = flashgate.paged_attention(**c, sink_bias=s, window_size=f.get("window"), **scales)
+    want = ref.paged(**c, sink=s, window=f.get("window"), **scales)
+    ref.assert_close("o", o, want, 5e-3, rng.seed)
+    if kv.startswith("fp8"):
+        bias = float(((o.double() - want) * want).sum() / (want * want).sum())
+        assert abs(bias) <= 5e-4, f"output bias {bias:.3g} (seed {rng.seed})"
+
+
+def test_paged_fused_kv_cache_view_and_out(rng):
+    """k_cache / v_cache as views of one [num_blocks, 2, block_size, H, D] buffer, output into `out`."""
+    c = paged_case(rng, BF16, 16, [1, 5], [70, 21], 8, 2, 64, 64, nan_unused=False)
+    fused = torch.stack([c["k_cache"], c["v_cache"]], dim=1)
+    c["k_cache"], c["v_cache"] = fused[:, 0], fused[:, 1]
+    out = torch.full((6, 8, 64), float("nan"), dtype=BF16, device=DEV)
+    assert flashgate.paged_attention(**c, out=out) is out
+    ref.assert_close("o", out, ref.paged(**c), 5e-3, rng.seed)
+
+
+# ---- CUDA graphs ----------------------------------------------------------------------------------------------
+
+def capture(fn):
+    """Warm up on a side stream, then capture fn() into a CUDA graph; returns (graph, static output)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+def test_cuda_graph_decode(rng):
+    HQ, H, D, lens = 16, 2, 128, [5, 800, 64]
+    cu = torch.tensor([0, 5, 805, 869], dtype=torch.int32, device=DEV)
+    q, k, v = rng.randn((1, 3, HQ, D), BF16), rng.randn((1, 869, H, D), BF16), rng.randn((1, 869, H, D), BF16)
+    g = F.logsigmoid(rng.randn((1, 869, HQ)))
+    s = rng.randn((HQ,))
+    graph, out = capture(lambda: flashgate.attn_decoding_one_step(q, k, v, g, None, cu, sink_bias=s,
+                                                                  window_size=256))
+    for _ in range(2):  # new values in the captured buffers, then replay
+        for t in (q, k, v, s):
+            t.copy_(rng.randn(t.shape, t.dtype))
+        g.copy_(F.logsigmoid(rng.randn(g.shape)))
+        graph.replay()
+        want = ref.decode(q[0].double(), k[0].double(), v[0].double(), cu, g[0].double(), s.double(), None, 256)
+        ref.assert_close("o", out[0], want, 5e-3, rng.seed)
+        eager = flashgate.attn_decoding_one_step(q, k, v, g, None, cu, sink_bias=s, window_size=256)
+        assert torch.equal(eager, out)
+    assert len(lens) == 3
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8_per_token"])
+def test_cuda_graph_paged(rng, kv):
+    c = paged_case(rng, BF16, 16, [1, 4, 1], [300, 40, 2049], 16, 2, 128, 128)
+    scales = quantize_per_token(c) if kv == "fp8_per_token" else {}
+    out = torch.empty((6, 16, 128), dtype=BF16, device=DEV)
+    graph, _ = capture(lambda: flashgate.paged_attention(**c, **scales, out=out))
+    for step in range(2):
+        c["q"].copy_(rng.randn(c["q"].shape, BF16))
+        lens = c["seq_lens_k"]
+        lens.copy_(torch.tensor([300 - step, 40 - step, 2049 - 7 * step], dtype=torch.int32))  # same table
+        graph.replay()
+        want = ref.paged(**c, **scales)
+        ref.assert_close("o", out, want, 5e-3, rng.seed)
+
+
+# ---- streams, devices and errors ------------------------------------------------------------------------------
+
+def test_runs_on_the_current_stream(rng):
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        q, k, v = rng.randn((2, 500, 8, 64), BF16), rng.randn((2, 500, 2, 64), BF16), rng.randn((2, 500, 2, 64), BF16)
+        o = flashgate.parallel_attn(q, k, v)
+        o_copy = o.clone()
+    side.synchronize()
+    ref.assert_close("o", o_copy, ref.attention(q.double(), k.double(), v.double())[0], 5e-3, rng.seed)
+
+
+def test_gpu_errors(rng):
+    q, k = rng.randn((1, 64, 4, 64), BF16), rng.randn((1, 64, 2, 64), BF16)
+    with pytest.raises(TypeError, match=r"cu_seqlens: must be on the same device as q"):
+        flashgate.parallel_attn(q, k, k, cu_seqlens=torch.tensor([0, 64], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"cu_seqlens: must end at the total length 64"):
+        flashgate.parallel_attn(q, k, k, cu_seqlens=torch.tensor([0, 30, 63], dtype=torch.int32, device=DEV))
+    with pytest.raises(TypeError, match=r"k: must be on the same device as q"):
+        flashgate.parallel_attn(q, k.cpu(), k)
+    with pytest.raises(TypeError, match=r"float64 is accepted on the cpu"):
+        flashgate.parallel_attn(q.double(), k.double(), k.double())
+    c = paged_case(rng, BF16, 16, [1], [40], 4, 2, 64, 64, nan_unused=False)
+    c["block_table"][0, 1] = 10_000
+    with pytest.raises(ValueError, match=r"block_table: entry 10000"):
+        flashgate.paged_attention(**c)
