@@ -62,8 +62,10 @@ ForwardPlan plan_forward(const AttentionParams& p) {
   plan.tile = bucket_facts(plan.bucket);
   constexpr size_t kStaticSmem = 128;  // the kernel's __shared__ work item
   if (plan.tile.smem + kStaticSmem > max_shared_memory_per_block()) return plan;
-  plan.tiled = true;
   plan.num_vchunks = static_cast<int>((p.V + plan.tile.vb - 1) / plan.tile.vb);
+  const cuda::TileSchedule sched = cuda::make_tile_schedule(p, plan.tile.bm, nullptr);
+  if (cuda::forward_grid_items(p, sched, plan.num_vchunks) > cuda::kMaxGridItems) return plan;  // simple kernel loops
+  plan.tiled = true;
   plan.repack_q = p.q_width < 16, plan.repack_k = p.k_width < 16, plan.repack_v = p.v_width < 16;
   return plan;
 }
