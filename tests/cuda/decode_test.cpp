@@ -4,7 +4,8 @@
 //
 // Covers dtypes, GQA 1/4/8/16/32, K != V up to 512, contexts 1..4096 and 65537, empty sequences, gate
 // (with and without gate_scale), sink, windows, strided and unaligned rows (the fp32 fallback), every
-// forced split count against the unsplit path.
+// forced split count against the unsplit path, bad offsets with validate off.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -221,6 +222,29 @@ TEST(DecodeCuda, EverySplitCountAgrees) {
     fgtest::expect_close("o vs unsplit", out, unsplit, kTolerance);
     fgtest::expect_close("o", out, r.o, kTolerance);
   }
+}
+
+// With validate off, offsets that decrease or point past T are bounded in the kernels (garbage out, no
+// out-of-range read), on the mma path, the fallback and with splits.
+TEST(DecodeCuda, BadOffsetsAreNeverDereferenced) {
+  FLASHGATE_REQUIRE_GPU();
+  for (DType d : {DType::bf16, DType::f32})
+    for (int splits : {1, 3}) {
+      DecodeConfig c = base(d);
+      c.gate = true;
+      c.seqlens = {100, 1, 257, 0, 64};
+      const uint64_t seed = flashgate::harness::fresh_seed();
+      SCOPED_TRACE(note(seed, c) + " splits " + std::to_string(splits));
+      flashgate::harness::Rng rng(seed);
+      DecodeCase host = DecodeCase::random(c, rng);
+      host.cu_seqlens.set_values({0, 300, 5, 1 << 30, -9, 422});
+      DecodeCase dev = host.to(Device::cuda);
+      flashgate::DecodeArgs args = dev.args();
+      args.validate = false;
+      ForcedSplits forced(splits);
+      flashgate::decode(args, on(Backend::cuda));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+    }
 }
 
 // The heuristic's own choice: few long sequences split, many short ones do not.

@@ -6,7 +6,8 @@
 // The matrix varies one axis at a time around small bases: dtypes, GQA 1/4/8/16/32, head dims (128,
 // 576/512 and odd ones), page sizes 16..256, contexts 1..4096 and 65537, verify tails 1-4 tokens into a
 // page, mixed prefill/decode/verify batches, shuffled tables with NaN in every unused slot and scale,
-// empty sequences, windows, sinks, both fp8 scale layouts, every forced split count, CUDA-graph capture.
+// empty sequences, windows, sinks, both fp8 scale layouts, a head-major cache through strides, every
+// forced split count, bad indices with validate off, CUDA-graph capture.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -281,6 +282,54 @@ TEST(PagedCuda, WindowsAndSinks) {
   check_paged(c);
 }
 
+// A cache stored head-major [num_blocks, H, block_size, D] and passed as [num_blocks, block_size, H, D]
+// through its strides (SPEC §6: other layouts through strides).
+struct StridedCache {
+  OwnedTensor storage;
+  flashgate::Tensor view;
+};
+
+StridedCache head_major_on_gpu(const OwnedTensor& cache) {
+  const flashgate::Tensor& t = cache.view();
+  const int64_t NB = t.shape[0], BS = t.shape[1], H = t.shape[2], D = t.shape[3];
+  const std::vector<double> src = cache.values();
+  std::vector<double> dst(src.size());
+  for (int64_t b = 0; b < NB; ++b)
+    for (int64_t s = 0; s < BS; ++s)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) dst[((b * H + h) * BS + s) * D + d] = src[((b * BS + s) * H + h) * D + d];
+  OwnedTensor host(t.dtype, {NB, H, BS, D});
+  host.set_values(dst);
+  StridedCache out;
+  out.storage = host.to(Device::cuda);
+  out.view = flashgate::make_strided_tensor(out.storage.view().data, t.dtype, {NB, BS, H, D},
+                                            {H * BS * D, D, BS * D, 1}, Device::cuda);
+  return out;
+}
+
+TEST(PagedCuda, HeadMajorCacheThroughStrides) {
+  FLASHGATE_REQUIRE_GPU();
+  for (bool use_fp8 : {false, true}) {
+    PagedConfig c = base();
+    c.heads = 8, c.kv_heads = 2, c.block_size = 32;
+    c.context_lens = {100, 33, 1};
+    c.query_lens = {3, 4, 1};
+    if (use_fp8) c = fp8(c, ScaleMode::per_token);
+    const uint64_t seed = flashgate::harness::fresh_seed();
+    SCOPED_TRACE(note(seed, c));
+    const Reference r = reference(c, seed);
+    PagedCase dev = r.host.to(Device::cuda);
+    dev.poison_outputs();
+    const StridedCache k = head_major_on_gpu(r.host.k_cache), v = head_major_on_gpu(r.host.v_cache);
+    flashgate::PagedArgs args = dev.args();
+    args.k_cache = k.view;
+    args.v_cache = v.view;
+    flashgate::paged_attention(args, on(Backend::cuda));
+    flashgate::harness::device_synchronize();
+    expect_matches(dev.o.to(Device::cpu), r.o, c);
+  }
+}
+
 TEST(PagedCuda, ScaleArgument) {
   FLASHGATE_REQUIRE_GPU();
   PagedConfig c = base();
@@ -349,6 +398,34 @@ TEST(PagedCuda, HeuristicSplitsLongVerify) {
   check_paged(c);
   c.window = 3000;
   check_paged(c);
+}
+
+// ---- bad indices ----------------------------------------------------------------------------------
+
+// With validate off nothing checks the index values: the kernels must bound them and never read out of
+// range (the result is garbage, but the device stays healthy). Both paths, split and unsplit.
+TEST(PagedCuda, BadIndicesAreNeverDereferenced) {
+  FLASHGATE_REQUIRE_GPU();
+  for (DType d : {DType::bf16, DType::f32})
+    for (int splits : {1, 4}) {
+      PagedConfig c = base(d);
+      c.nan_unused = false;
+      const uint64_t seed = flashgate::harness::fresh_seed();
+      SCOPED_TRACE(note(seed, c) + " splits " + std::to_string(splits));
+      flashgate::harness::Rng rng(seed);
+      PagedCase host = PagedCase::random(c, rng);
+      std::vector<double> table = host.block_table.values();
+      table[0] = 1 << 30, table[1] = -7, table.back() = 123456789;
+      host.block_table.set_values(table);
+      host.seq_lens_k.set_values({1 << 30, -5, 300});
+      host.cu_seqlens_q.set_values({0, 5, 2, 6});  // total_q = 6, but decreasing inside
+      PagedCase dev = host.to(Device::cuda);
+      flashgate::PagedArgs args = dev.args();
+      args.validate = false;
+      ForcedSplits forced(splits);
+      flashgate::paged_attention(args, on(Backend::cuda));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+    }
 }
 
 // ---- graph capture and workspace ------------------------------------------------------------------

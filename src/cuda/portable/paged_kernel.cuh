@@ -30,6 +30,7 @@
 #include "cuda/portable/paged_params.h"
 #include "cuda/portable/paged_work.cuh"
 #include "cuda/ptx/cp_async.h"
+#include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/mma.h"
 
 namespace flashgate::cuda {
@@ -307,7 +308,7 @@ __global__ void __launch_bounds__(Tile::kThreads) paged_mma_kernel(const Serving
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float pr = exp2f(s[nt][2 * rs + e] - off);
+          const float pr = ptx::exp2_ftz(s[nt][2 * rs + e] - off);
           s[nt][2 * rs + e] = pr;
           softmax[rs].sum += pr;
         }

@@ -4,7 +4,6 @@
 // complete: every dtype, fp8 scales in both layouts, gate, sink, window, GQA.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/online_softmax.h"
@@ -22,10 +21,9 @@ __device__ __forceinline__ float load_element(const void* base, int64_t i, DType
   switch (t) {
     case DType::f16: return __half2float(static_cast<const __half*>(base)[i]);
     case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-    case DType::e4m3: {
-      __nv_fp8_e4m3 x;
-      x.__x = static_cast<const __nv_fp8_storage_t*>(base)[i];
-      return static_cast<float>(x);
+    case DType::e4m3: {  // the e4m3 bits placed in a float are x * 2^-120 (subnormals too); 2^120 restores x
+      const uint32_t x = static_cast<const uint8_t*>(base)[i];
+      return __uint_as_float(((x & 0x80u) << 24) | ((x & 0x7fu) << 20)) * 0x1p120f;
     }
     default: return static_cast<const float*>(base)[i];
   }
@@ -39,6 +37,7 @@ __device__ __forceinline__ void store_element(void* base, int64_t i, DType t, fl
 
 // Block-wide reductions (every thread gets the result); `scratch` holds one float per warp.
 __device__ float block_reduce(float x, float* scratch, bool is_max) {
+#pragma unroll
   for (int o = 16; o > 0; o /= 2) {
     const float y = __shfl_xor_sync(0xffffffffu, x, o);
     x = is_max ? fmaxf(x, y) : x + y;
@@ -75,7 +74,7 @@ __device__ bool sequence_of_row(const ServingParams& p, int64_t q_row, SequenceK
   return true;
 }
 
-__global__ void __launch_bounds__(kThreads) paged_simt_kernel(const ServingParams p) {
+__global__ void __launch_bounds__(kThreads, 8) paged_simt_kernel(const ServingParams p) {
   __shared__ float q[kMaxKeyDim];
   __shared__ float weight[kThreads];
   __shared__ int64_t value_row[kThreads];
@@ -113,6 +112,7 @@ __global__ void __launch_bounds__(kThreads) paged_simt_kernel(const ServingParam
       vmul = p.v_scale_mode == CacheScale::per_token ? p.v_scale[scale_offset(p.v_scale_strides, kr, kv_head)] : 1.f;
     }
     const float factor = softmax.rescale(block_reduce(x, scratch, true));
+#pragma unroll
     for (int i = 0; i < kDimsPerThread; ++i) acc[i] *= factor;
     const float pr = exp2f(x - softmax.exp_offset());
     softmax.sum += pr;
@@ -123,6 +123,7 @@ __global__ void __launch_bounds__(kThreads) paged_simt_kernel(const ServingParam
     for (int jj = 0; jj < count; ++jj) {
       const float w = weight[jj];
       if (value_row[jj] < 0 || w == 0.f) continue;  // masked or unreadable: never touch its bytes
+#pragma unroll
       for (int i = 0; i < kDimsPerThread; ++i) {
         const int d = tid + i * kThreads;
         if (d < p.V) acc[i] += w * load_element(p.v, value_row[jj] + d, p.cache_dtype);
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(kThreads) paged_simt_kernel(const ServingParam
   const bool has_sink = p.sink != nullptr;
   const RowResult res = finish_row(softmax.max2, total, has_sink, has_sink ? p.sink[head * p.sink_stride] : 0.f);
   const float out_mul = res.o_scale * (p.v_scale_mode == CacheScale::per_tensor ? p.v_scale[0] : 1.f);
+#pragma unroll
   for (int i = 0; i < kDimsPerThread; ++i) {
     const int d = tid + i * kThreads;
     if (d < p.V) store_element(p.o, q_row * p.o_row_stride + head * p.o_head_stride + d, p.qo_dtype, acc[i] * out_mul);
