@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const int part = static_cast<int>(x % p.head_parts);
   x /= p.head_parts;
   const int64_t hk = x % a.H, tile = x / a.H;
-  const TileMapEntry te = tile_at(key_tiles, tile);
+  const TileMapEntry te = key_tile_heaviest_first(key_tiles, tile);
   if (te.seq < 0) return;
   const SequenceSpan seq = sequence_span(a, te.seq);
   const int j0 = te.tile * kBc, len = seq.len;

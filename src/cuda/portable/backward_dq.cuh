@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
   const int slice = static_cast<int>(x % slices);
   x /= slices;
   const int64_t h = x % a.HQ, tile = x / a.HQ, hk = h / a.group;
-  const TileMapEntry te = tile_at(query_tiles, tile);
+  const TileMapEntry te = tile_longest_first(query_tiles, tile);  // the last query tiles see the most keys
   if (te.seq < 0) return;
   const SequenceSpan seq = sequence_span(a, te.seq);
   const int i0 = te.tile * kBr, len = seq.len;
