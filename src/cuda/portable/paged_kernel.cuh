@@ -63,6 +63,9 @@ struct PagedTile {
   static constexpr int kReduceBytes = WK * kRows * VP * 4 + 2 * WK * kRows * 4 + 2 * kRows * 4;
   // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
   static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
+  // Register budget: 3 CTAs per SM (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to
+  // D256, D64); elsewhere it holds 2, and up to 255 registers avoid spills.
+  static constexpr int kMinBlocksPerSM = (Traits::kFp8 && VP <= 256) || VP <= 64 ? 3 : 2;
 
   static_assert(KP % Frag::kDimsPerKeyRound == 0, "key dims must fill whole 16-byte lane loads");
   static_assert(VW % (8 * E) == 0 && kValueRowBytes % 128 == 0, "value dims must fill whole rounds");
@@ -115,7 +118,7 @@ struct SharedRows {
 }  // namespace paged_detail
 
 template <class Tile>
-__global__ void __launch_bounds__(Tile::kThreads) paged_mma_kernel(const ServingParams p, const int stages) {
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_mma_kernel(const ServingParams p, const int stages) {
   using Frag = typename Tile::Frag;
   using Mma = typename Tile::Traits::Mma;
   constexpr int E = Tile::E, KS = Tile::KS, VP = Tile::VP, VW = Tile::VW;
@@ -297,12 +300,22 @@ __global__ void __launch_bounds__(Tile::kThreads) paged_mma_kernel(const Serving
         }
       }
     }
+    float factor[2];
 #pragma unroll
     for (int rs = 0; rs < 2; ++rs) {
-      float m = fmaxf(fmaxf(s[0][2 * rs], s[0][2 * rs + 1]), fmaxf(s[1][2 * rs], s[1][2 * rs + 1]));
-      const float factor = softmax[rs].rescale(quad_max(m));
+      const float m = fmaxf(fmaxf(s[0][2 * rs], s[0][2 * rs + 1]), fmaxf(s[1][2 * rs], s[1][2 * rs + 1]));
+      factor[rs] = softmax[rs].rescale(quad_max(m));
+    }
+    // Once a row has met its large scores its max rarely moves: skip the accumulator rescale then.
+    if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
 #pragma unroll
-      for (int i = 0; i < Tile::kValueTiles; ++i) acc[i][2 * rs] *= factor, acc[i][2 * rs + 1] *= factor;
+      for (int i = 0; i < Tile::kValueTiles; ++i) {
+        acc[i][0] *= factor[0], acc[i][1] *= factor[0];
+        acc[i][2] *= factor[1], acc[i][3] *= factor[1];
+      }
+    }
+#pragma unroll
+    for (int rs = 0; rs < 2; ++rs) {
       const float off = softmax[rs].exp_offset();
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
