@@ -86,7 +86,7 @@ void multiply_add(int64_t rows, int64_t cols, int64_t depth, const double* a, in
 }
 
 void transpose(const double* a, int64_t rows, int64_t cols, double* at) {
-  constexpr int64_t kTile = 32;  // tiles keep both sides in cache
+  constexpr int64_t kTile = 8;  // small tiles: the power-of-two strides of the written side alias in L1
   for (int64_t r0 = 0; r0 < rows; r0 += kTile)
     for (int64_t c0 = 0; c0 < cols; c0 += kTile)
       for (int64_t r = r0; r < rows && r < r0 + kTile; ++r)

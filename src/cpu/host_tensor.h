@@ -40,8 +40,11 @@ class HostTensor {
   void load_row(double* dst, int64_t n, I... lead) const {
     const int64_t base = offset(lead...);
     switch (t_.dtype) {  // one switch per row, not per element
-      case DType::f64: return copy_in(static_cast<const double*>(t_.data) + base, dst, n);
-      case DType::f32: return copy_in(static_cast<const float*>(t_.data) + base, dst, n);
+      case DType::f64: return convert_in(static_cast<const double*>(t_.data) + base, dst, n, [](double x) { return x; });
+      case DType::f32: return convert_in(static_cast<const float*>(t_.data) + base, dst, n, [](float x) { return double(x); });
+      case DType::bf16: return convert_in(static_cast<const uint16_t*>(t_.data) + base, dst, n, host::bf16_to_double);
+      case DType::f16: return convert_in(static_cast<const uint16_t*>(t_.data) + base, dst, n, host::half_to_double);
+      case DType::e4m3: return convert_in(static_cast<const uint8_t*>(t_.data) + base, dst, n, host::e4m3_to_double);
       default:
         for (int64_t e = 0; e < n; ++e) dst[e] = host::load(t_.data, t_.dtype, base + e);
     }
@@ -54,9 +57,9 @@ class HostTensor {
   }
 
  private:
-  template <class T>
-  static void copy_in(const T* src, double* dst, int64_t n) {
-    for (int64_t e = 0; e < n; ++e) dst[e] = static_cast<double>(src[e]);
+  template <class T, class Convert>
+  static void convert_in(const T* src, double* dst, int64_t n, Convert convert) {
+    for (int64_t e = 0; e < n; ++e) dst[e] = convert(src[e]);
   }
 
   Tensor t_;
