@@ -7,12 +7,13 @@
 
 namespace flashgate::cpu {
 
-double log_partition(const double* s, int64_t n, const double* sink) {
+double softmax_with_sink(double* s, int64_t n, const double* sink) {
   double m = sink ? *sink : -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
   if (m == -std::numeric_limits<double>::infinity()) return m;  // nothing carries mass
-  double z = sink ? std::exp(*sink - m) : 0.0;
-  for (int64_t j = 0; j < n; ++j) z += std::exp(s[j] - m);
+  double z = sink ? std::exp(*sink - m) : 0.0;  // shifted by the row max: no overflow
+  for (int64_t j = 0; j < n; ++j) z += s[j] = std::exp(s[j] - m);
+  for (int64_t j = 0; j < n; ++j) s[j] /= z;
   return m + std::log(z);
 }
 
@@ -59,8 +60,7 @@ void ProbabilityBlock::compute(const ScoreRule& rule, const QueryRows& rows, con
       if (j < lo_[r] || j >= hi_[r]) s[j] = 0;
     for (int64_t j = lo_[r]; j < hi_[r]; ++j)
       s[j] = rule.score(s[j], gate_q, head.key_gate ? head.key_gate[j] : 0.0);
-    lse_[r] = log_partition(s + lo_[r], hi_[r] - lo_[r], head.sink);
-    for (int64_t j = lo_[r]; j < hi_[r]; ++j) s[j] = std::exp(s[j] - lse_[r]);
+    lse_[r] = softmax_with_sink(s + lo_[r], hi_[r] - lo_[r], head.sink);
   }
 }
 

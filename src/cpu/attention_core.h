@@ -27,9 +27,10 @@ struct ScoreRule {
   double score(double dot, double gate_q, double gate_k) const { return scale * dot + gate_scale * (gate_q - gate_k); }
 };
 
-// log Z of one softmax row: Z = sum of exp(s) over the `n` visible scores + exp(sink) when `sink` is given.
-// -inf when Z == 0 (no visible key, no sink).
-double log_partition(const double* s, int64_t n, const double* sink);
+// The softmax of one row with an optional sink, in place: the `n` visible scores s become their
+// probabilities exp(s) / Z, where Z = sum of exp(s) + exp(sink) (the sink adds mass, no value). Returns
+// lse = log Z, which is -inf when Z == 0 (no visible key, no sink).
+double softmax_with_sink(double* s, int64_t n, const double* sink);
 
 // Keys and values of one kv head over the positions [first, first + count) of a sequence, in fp64.
 // `kt` (and `vt`, when asked for) hold the transposes, so products with them run along keys.

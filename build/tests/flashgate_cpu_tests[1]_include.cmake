@@ -1,5 +1,0 @@
-if(EXISTS "/work/main/build/tests/flashgate_cpu_tests[1]_tests.cmake")
-  include("/work/main/build/tests/flashgate_cpu_tests[1]_tests.cmake")
-else()
-  add_test(flashgate_cpu_tests_NOT_BUILT flashgate_cpu_tests_NOT_BUILT)
-endif()
