@@ -2,28 +2,33 @@
 //
 // Design (FlashAttention-2 style, recompute instead of storing P):
 //
-//   pre      backward_prep.cu   D[i] = o[i]·do[i] (fp32, from the stored output), a contiguous copy of lse,
+//   pre      backward_prep.cu    D[i] = o[i]·do[i] (fp32, from the stored output), a contiguous copy of lse,
 //                                the gate prefix sums Gc (common/gate.h), zeroed accumulators, tile maps.
-//   main     backward_dkdv_*.cu  key-major MMA kernel, one CTA per (key tile, kv head[, head part][, column
+//   main     backward_dkdv.cuh   key-major MMA kernel, one CTA per (key tile, kv head[, head part][, column
 //                                slice]). K/V tiles stay in shared memory; the CTA loops over the G query
 //                                heads of its kv head (GQA reduction without per-head copies) and over the
 //                                query tiles that can see its keys (causal + window bound the range; fully
 //                                hidden tiles are never touched). Per query tile it recomputes S = QK^T,
 //                                P = exp(s - lse), dP = dO V^T, dS = P (dP - D), accumulates dV += P^T dO and
 //                                dK += dS^T Q in registers, and (default mode) adds dQ += dS K into an fp32
-//                                workspace with atomics and E[i] = sum_j P dP into an fp32 row buffer.
-//            backward_dq_*.cu    deterministic mode only: query-major MMA kernel, one CTA per (query tile,
-//                                query head[, slice]), looping over key tiles in a fixed order; writes dq and
-//                                E without atomics. The key-major kernel then runs without its dQ/E part.
+//                                workspace with atomics, and E[i] = sum_j P dP and mass[i] = sum_j P into
+//                                fp32 row buffers.
+//            backward_dq.cuh     deterministic mode only: query-major MMA kernel, one CTA per (query tile,
+//                                query head[, slice]), looping over key tiles in a fixed order; writes dq,
+//                                E and mass without atomics; the key-major kernel then runs without its dQ/E
+//                                part.
 //   post     backward_post.cu    dq fp32 -> dtype (default mode), the fixed-order sum of per-part dk/dv
 //                                partials (when GQA heads were split over CTAs), dg = per-sequence suffix sum
 //                                of dGc, dsink = -sum_i exp(sink - lse_i) E_i.
 //
 // Numerics: fp32 accumulation everywhere; P and dS are rounded to the input dtype only as MMA operands.
-// The sink gradient and the gate's query-side term use the fp32 expectation E_i = sum_j P dP accumulated
-// while P and dP are recomputed, never round(o)·do (SPEC §4): in exact arithmetic o·do = E, so
-// sum_j dS[i,j] = E_i (1 - sum_j P_ij) = E_i exp(sink - lse_i), and 0 without a sink. The key-side term
-// sum_i dS[i,t] (per query head) is a column sum of the fp32 dS in the key-major kernel.
+// dS = P (dP - D) uses D = o·do from the stored output (FlashAttention's way). The sink gradient uses the
+// fp32 expectation E_i = sum_j P dP accumulated while P and dP are recomputed, never round(o)·do (SPEC §4).
+// The gate's dGc[t] = sum_j dS[t,j] - sum_i dS[i,t]: the key side is a column sum of the fp32 dS (per
+// query head) in the key-major kernel; the query side is E_t - D_t mass_t with mass_t = sum_j P[t,j]
+// accumulated next to E. Both sides must see the same D and P: dg is a suffix sum, and a row far below t
+// then contributes (E - D mass) - (E - D mass) = 0 instead of its o-rounding error E - D (or the
+// mismatch between the forward's lse and the recomputed P, ~1e-4 per row with long gated sequences).
 //
 // Head dims: one instantiation per (dtype, bucket) with bucket = 64/128/256/512 >= max(K, V) rounded up to
 // 16; smaller dims run masked inside the bucket (zero-filled columns, skipped MMA steps). The register

@@ -121,14 +121,18 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     gemm_abt<T, NT>(s, sQ, sK, LD, s_m0, s_n0, p.K16 / 16, lane);
     gemm_abt<T, NT>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
-    float e[2] = {0.f, 0.f};
-    probs_and_grads(s, dp, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window, e);
+    RowSums sums;
+    probs_and_grads(s, dp, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window, sums);
     if (with_dq && p.need_E && first_slice) {
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
-        const float sum = quad_sum(e[hi]);
+        const float e = quad_sum(sums.e[hi]);
+        const float mass = a.has_gate ? quad_sum(sums.mass[hi]) : 0.f;
         const int i = i0 + s_m0 + g + 8 * hi;
-        if (c == 0 && i < len) atomicAdd(&p.E[base + i], sum);
+        if (c == 0 && i < len) {
+          atomicAdd(&p.E[base + i], e);
+          if (a.has_gate) atomicAdd(&p.mass[base + i], mass);
+        }
       }
     }
     if (a.has_gate) {

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
 
   float dq[NTQ][4];
   zero(dq);
-  float e[2] = {0.f, 0.f};
+  RowSums sums;
 
   for (int it = 0; it < steps; ++it) {
     const int j0 = keys.begin + it * kBc;
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
     gemm_abt<T, NT>(s, sQ, sK, LD, s_m0, s_n0, p.K16 / 16, lane);
     gemm_abt<T, NT>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
-    probs_and_grads(s, dp, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window, e);
+    probs_and_grads(s, dp, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window, sums);
     store_fragment<T, NT>(sdS, LDS, dp, s_m0, s_n0, lane);
     __syncthreads();
 
@@ -116,17 +116,21 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
   ptx::cp_async_wait<0>();  // Q/dO copies are still in flight when the rows see no key
 
   if (p.need_E && slice == 0) {
-    // E over the row's quad, then over the SN warps of a row block, in a fixed order.
+    // E (and the mass) over the row's quad, then over the SN warps of a row block, in a fixed order.
+    for (int pass = 0; pass < (a.has_gate ? 2 : 1); ++pass) {
+      __syncthreads();  // sRed is free
 #pragma unroll
-    for (int hi = 0; hi < 2; ++hi) {
-      const float sum = quad_sum(e[hi]);
-      if (c == 0) sRed[sn * kBr + s_m0 + g + 8 * hi] = sum;
-    }
-    __syncthreads();
-    for (int r = tid; r < kBr; r += kMmaThreads) {
-      float v = 0.f;
-      for (int w = 0; w < SN; ++w) v += sRed[w * kBr + r];
-      if (i0 + r < len) p.E[base + i0 + r] = v;
+      for (int hi = 0; hi < 2; ++hi) {
+        const float sum = quad_sum(pass == 0 ? sums.e[hi] : sums.mass[hi]);
+        if (c == 0) sRed[sn * kBr + s_m0 + g + 8 * hi] = sum;
+      }
+      __syncthreads();
+      float* out = pass == 0 ? p.E : p.mass;
+      for (int r = tid; r < kBr; r += kMmaThreads) {
+        float v = 0.f;
+        for (int w = 0; w < SN; ++w) v += sRed[w * kBr + r];
+        if (i0 + r < len) out[base + i0 + r] = v;
+      }
     }
   }
 

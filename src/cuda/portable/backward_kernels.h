@@ -17,12 +17,12 @@ void launch_prepare_rows(const BackwardParams& p, cudaStream_t stream);
 void launch_dq_convert(const BackwardParams& p, cudaStream_t stream);
 // dk, dv = the fixed-order sum of the head-part partials (head_parts > 1).
 void launch_dkv_reduce(const BackwardParams& p, cudaStream_t stream);
-// dg = per-sequence suffix sum of dGc[t] = E_t exp(sink - lse_t) [sink only] - colsum_t.
+// dg = per-sequence suffix sum of dGc[t] = (E_t - D_t mass_t) - colsum_t.
 void launch_gate_grad(const BackwardParams& p, cudaStream_t stream);
 // dsink[h] = -sum over every row of head h of exp(sink[h] - lse_i) E_i (fixed order).
 void launch_sink_grad(const BackwardParams& p, cudaStream_t stream);
 
-// ---- backward_simt.cu: the fp32 (and small-shared-memory) path; writes dq, dk, dv, E and colsum.
+// ---- backward_simt.cu: the fp32 (and small-shared-memory) path; writes dq, dk, dv, E, mass and colsum.
 void launch_simt_backward(const BackwardParams& p, cudaStream_t stream);
 
 // ---- backward_dkdv_*.cu / backward_dq_*.cu: the MMA kernels, T = __half or __nv_bfloat16, kD = bucket.

@@ -162,6 +162,7 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
   p.D = w.take<float>(rows);
   if (p.need_E) p.E = w.take<float>(rows);
   if (p.a.has_gate) p.colsum = w.take<float>(rows);
+  if (p.a.has_gate) p.mass = w.take<float>(rows);
   if (!plan.mma) return m;
   if (!p.deterministic) p.dq_acc = w.take<float>(rows * p.K16);
   if (p.head_parts > 1) {
@@ -240,6 +241,7 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
   if (p.a.has_gate) cuda::launch_gate_prefix_sum(p.a, maps.gc, stream);
   cuda::bwd::launch_prepare_rows(p, stream);
   zero_async(p.E, rows, stream);  // rows outside every sequence (broken unchecked cu_seqlens) stay 0
+  zero_async(p.mass, rows, stream);
   zero_async(p.dq_acc, rows * p.K16, stream);
 
   if (plan.mma) {

@@ -177,14 +177,20 @@ __device__ __forceinline__ void load_col_terms(float (&col)[NT][2], const float*
     }
 }
 
+// This thread's parts of the row sums E_i = sum_j P dP and mass_i = sum_j P (rows g, g+8).
+struct RowSums {
+  float e[2] = {0.f, 0.f};
+  float mass[2] = {0.f, 0.f};
+};
+
 // Turns S (scaled scores before the gate) into P = exp(s - lse) and dP into dS = P (dP - D), in place,
 // for a thread's fragment whose rows start at local position i_first and columns at j_first. `masked`:
 // apply the visibility rule per element (blocks on the diagonal, the window edge or the sequence end).
-// Adds this thread's part of E_i = sum_j P dP to e.
+// Adds this thread's parts of E and the mass to `sums`.
 template <int NT>
 __device__ __forceinline__ void probs_and_grads(float (&s)[NT][4], float (&dp)[NT][4], const RowTerms& rows,
                                                 const float (&col)[NT][2], float scale_log2, bool masked,
-                                                int i_first, int j_first, int len, int window, float (&e)[2]) {
+                                                int i_first, int j_first, int len, int window, RowSums& sums) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -192,7 +198,8 @@ __device__ __forceinline__ void probs_and_grads(float (&s)[NT][4], float (&dp)[N
       const int hi = r / 2, lo = r % 2;
       float pr = exp2f(fmaf(s[nt][r], scale_log2, rows.term[hi] - col[nt][lo]));
       if (masked && !visible(i_first + 8 * hi, j_first + nt * 8 + lo, len, window)) pr = 0.f;
-      e[hi] += pr * dp[nt][r];
+      sums.e[hi] += pr * dp[nt][r];
+      sums.mass[hi] += pr;
       s[nt][r] = pr;
       dp[nt][r] = pr * (dp[nt][r] - rows.d[hi]);
     }

@@ -24,6 +24,7 @@ struct BackwardParams {
   float* lse = nullptr;     // contiguous copy of the forward's lse (natural log)
   float* D = nullptr;       // o·do
   float* E = nullptr;       // sum_j P dP (need_E)
+  float* mass = nullptr;    // sum_j P, the visible keys' share of the row's softmax mass (gate)
   float* colsum = nullptr;  // sum_i dS[i,t] per query head (gate)
   float* dq_acc = nullptr;  // [B][HQ][T][K16] fp32 dq / scale (MMA kernels, default mode)
   float* dk_part = nullptr; // [head_parts][B][H][T][K16] scaled dk partials (head_parts > 1)

@@ -49,16 +49,16 @@ __global__ void __launch_bounds__(kThreads) gate_grad_kernel(BackwardParams p, i
     const int64_t n = job / p.a.HQ, h = job % p.a.HQ;
     const SequenceSpan seq = sequence_span(p.a, n);
     const int64_t base = p.row_index(seq.batch, h, seq.start);
-    const float sink = p.a.has_sink ? p.a.sink[h] : 0.f;
     if (threadIdx.x == 0) carry = 0.f;
     __syncthreads();
     for (int chunk = 0; chunk < seq.len; chunk += kThreads) {
       const int u = seq.len - 1 - (chunk + static_cast<int>(threadIdx.x));  // reversed position
       float x = 0.f;
       if (u >= 0) {
-        // Row side sum_j dS[u,j] = E_u (1 - sum_j P) = E_u exp(sink - lse_u); 0 without a sink.
-        const float row_side = p.a.has_sink ? p.E[base + u] * expf(sink - p.lse[base + u]) : 0.f;
-        x = row_side - p.colsum[base + u];
+        // Row side sum_j dS[u,j] = E_u - D_u sum_j P[u,j] from the kernels' own sums: with the same D and P
+        // as the column sums on the other side, a row far below t cancels out of the suffix sum exactly
+        // (up to fp32 order), instead of leaving its o-rounding error E - D or an lse mismatch behind.
+        x = (p.E[base + u] - p.D[base + u] * p.mass[base + u]) - p.colsum[base + u];
       }
       float inclusive = x;
 #pragma unroll

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) simt_dq_kernel(BackwardParams p, int
     const int64_t t = r % a.T, bh = r / a.T, h = bh % a.HQ, b = bh / a.HQ, hk = h / a.group;
     const TokenPlace place = place_token(a, b, t);
     float q[kCols], dout[kCols], dq[kCols] = {}, kr[kCols], vr[kCols];
-    float e_sum = 0.f;
+    float e_sum = 0.f, mass = 0.f;
     const float lse = p.lse[r];
     if (place.pos >= 0 && lse != -INFINITY) {
       load_row(q, a.q.row<const T>(b, t, h), a.K);
@@ -73,12 +73,14 @@ __global__ void __launch_bounds__(kThreads) simt_dq_kernel(BackwardParams p, int
         const float dp = dot_row(dout, a.v.row<const T>(b, tj, hk), vr, a.V);
         const float ds = pij * (dp - d_row);
         e_sum += pij * dp;
+        mass += pij;
 #pragma unroll
         for (int m = 0; m < kCols; ++m) dq[m] += ds * kr[m];
       }
     }
     store_row(p.dq.row<T>(b, t, h), dq, a.scale, a.K);
     if (p.need_E && threadIdx.x % 32 == 0) p.E[r] = e_sum;
+    if (a.has_gate && threadIdx.x % 32 == 0) p.mass[r] = mass;
   }
 }
 
