@@ -160,10 +160,14 @@ class ForwardBlock {
 #pragma unroll
         for (int j = 0; j < kNT; ++j) tile_max = fmaxf(tile_max, fmaxf(s[mt][j][2 * half], s[mt][j][2 * half + 1]));
         const float factor = rows[mt][half].rescale(quad_max(tile_max));
+        // Past the first tiles the row max rarely moves: skip the multiplies when no row of the warp's
+        // m-tile half needs them (a warp-uniform branch).
+        if (__any_sync(0xffffffffu, factor != 1.f)) {
 #pragma unroll
-        for (int j = 0; j < kVT; ++j) {
-          o[mt][j][2 * half] *= factor;
-          o[mt][j][2 * half + 1] *= factor;
+          for (int j = 0; j < kVT; ++j) {
+            o[mt][j][2 * half] *= factor;
+            o[mt][j][2 * half + 1] *= factor;
+          }
         }
       }
       const float off[2] = {rows[mt][0].exp_offset(), rows[mt][1].exp_offset()};
