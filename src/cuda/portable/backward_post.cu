@@ -10,32 +10,38 @@
 namespace flashgate::cuda::bwd {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256, kWarps = kThreads / 32;
 
-// out[b, t, head, d] = scale * acc[row(b, head, t) * acc_dim + d] (row-major [B][heads][T][acc_dim]).
+// One warp per (b, query head, t) row: dq[b, t, h, :] = scale * dq_acc[row, :] (rows in row_index order).
 template <class T>
-__global__ void __launch_bounds__(kThreads) dq_convert_kernel(BackwardParams p, int64_t count) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; e < count; e += stride) {
-    const int64_t d = e % p.a.K, r = e / p.a.K;
+__global__ void __launch_bounds__(kThreads) dq_convert_kernel(BackwardParams p, int64_t rows) {
+  const int lane = threadIdx.x % 32;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; r < rows; r += stride) {
     const int64_t t = r % p.a.T, bh = r / p.a.T, h = bh % p.a.HQ, b = bh / p.a.HQ;
-    p.dq.row<T>(b, t, h)[d] = from_float<T>(p.a.scale * p.dq_acc[r * p.K16 + d]);
+    const float* src = p.dq_acc + r * p.K16;
+    T* dst = p.dq.row<T>(b, t, h);
+    for (int d = lane; d < p.a.K; d += 32) dst[d] = from_float<T>(p.a.scale * src[d]);
   }
 }
 
-// out[b, t, hk, d] = sum over parts of part[(part, b, hk, t) * part_dim + d], parts in order.
+// One warp per (b, kv head, t) row: out[b, t, hk, :] = the sum over parts of part[(part, b, hk, t), :],
+// parts in order.
 template <class T>
 __global__ void __launch_bounds__(kThreads) dkv_reduce_kernel(BackwardParams p, const float* part, int dim,
-                                                              int part_dim, TokenHeadTensor out, int64_t count) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
-  const int64_t part_stride = p.a.B * p.a.H * p.a.T * part_dim;
-  for (int64_t e = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; e < count; e += stride) {
-    const int64_t d = e % dim, r = e / dim;
+                                                              int part_dim, TokenHeadTensor out, int64_t rows) {
+  const int lane = threadIdx.x % 32;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t part_stride = rows * part_dim;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; r < rows; r += stride) {
     const int64_t t = r % p.a.T, bh = r / p.a.T, hk = bh % p.a.H, b = bh / p.a.H;
-    const float* src = part + r * part_dim + d;
-    float acc = 0.f;
-    for (int q = 0; q < p.head_parts; ++q) acc += src[q * part_stride];
-    out.row<T>(b, t, hk)[d] = from_float<T>(acc);
+    T* dst = out.row<T>(b, t, hk);
+    for (int d = lane; d < dim; d += 32) {
+      const float* src = part + r * part_dim + d;
+      float acc = 0.f;
+      for (int q = 0; q < p.head_parts; ++q) acc += src[q * part_stride];
+      dst[d] = from_float<T>(acc);
+    }
   }
 }
 
@@ -102,11 +108,11 @@ __global__ void __launch_bounds__(kThreads) sink_grad_kernel(BackwardParams p) {
 }  // namespace
 
 void launch_dq_convert(const BackwardParams& p, cudaStream_t stream) {
-  const int64_t count = p.a.B * p.a.HQ * p.a.T * p.a.K;
-  if (count == 0) return;
+  const int64_t rows = p.a.B * p.a.HQ * p.a.T;
+  if (rows == 0) return;
   with_element_type(p.a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    dq_convert_kernel<T><<<grid_for(count, kThreads), kThreads, 0, stream>>>(p, count);
+    dq_convert_kernel<T><<<grid_for(rows, kWarps), kThreads, 0, stream>>>(p, rows);
   });
   FLASHGATE_CHECK_LAUNCH("dq_convert_kernel");
 }
@@ -116,11 +122,9 @@ void launch_dkv_reduce(const BackwardParams& p, cudaStream_t stream) {
   if (rows == 0) return;
   with_element_type(p.a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    dkv_reduce_kernel<T><<<grid_for(rows * p.a.K, kThreads), kThreads, 0, stream>>>(p, p.dk_part, p.a.K, p.K16,
-                                                                                        p.dk, rows * p.a.K);
+    dkv_reduce_kernel<T><<<grid_for(rows, kWarps), kThreads, 0, stream>>>(p, p.dk_part, p.a.K, p.K16, p.dk, rows);
     FLASHGATE_CHECK_LAUNCH("dkv_reduce_kernel (dk)");
-    dkv_reduce_kernel<T><<<grid_for(rows * p.a.V, kThreads), kThreads, 0, stream>>>(p, p.dv_part, p.a.V, p.V16,
-                                                                                        p.dv, rows * p.a.V);
+    dkv_reduce_kernel<T><<<grid_for(rows, kWarps), kThreads, 0, stream>>>(p, p.dv_part, p.a.V, p.V16, p.dv, rows);
     FLASHGATE_CHECK_LAUNCH("dkv_reduce_kernel (dv)");
   });
 }
