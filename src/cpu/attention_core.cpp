@@ -7,12 +7,17 @@
 
 namespace flashgate::cpu {
 
+// Terms below e^-600 of a row's largest are set to 0: no fp64 sum can see them, and left to underflow into
+// subnormals (the gate drives far keys' scores far down) they slow every later product a hundredfold.
+constexpr double kNegligibleExponent = -600.0;
+
 double softmax_with_sink(double* s, int64_t n, const double* sink) {
   double m = sink ? *sink : -std::numeric_limits<double>::infinity();
   for (int64_t j = 0; j < n; ++j) m = std::max(m, s[j]);
   if (m == -std::numeric_limits<double>::infinity()) return m;  // nothing carries mass
-  double z = sink ? std::exp(*sink - m) : 0.0;  // shifted by the row max: no overflow
-  for (int64_t j = 0; j < n; ++j) z += s[j] = std::exp(s[j] - m);
+  auto shifted_exp = [m](double x) { return x - m < kNegligibleExponent ? 0.0 : std::exp(x - m); };
+  double z = sink ? shifted_exp(*sink) : 0.0;  // shifted by the row max: no overflow
+  for (int64_t j = 0; j < n; ++j) z += s[j] = shifted_exp(s[j]);
   for (int64_t j = 0; j < n; ++j) s[j] /= z;
   return m + std::log(z);
 }
