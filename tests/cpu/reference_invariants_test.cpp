@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "reference_naive.h"
@@ -342,6 +344,35 @@ TEST(ReferenceInvariants, EqualPerTokenScalesArePerTensorScaling) {
   c.o.poison();
   paged_attention(a, kCpu);
   expect_close("per-tensor = equal per-token", c.o.values(), per_token, kSame);
+}
+
+// Jobs own disjoint outputs and partial sums are added in a fixed order: the bits depend neither on the
+// number of threads (FLASHGATE_CPU_THREADS) nor on the run (the deterministic option holds by construction).
+TEST(ReferenceInvariants, BitsIndependentOfThreadsAndRuns) {
+  REFTEST_SEEDED_RNG(rng);
+  AttentionConfig cfg = f64_config({40, 0, 130, 7, 300});
+  cfg.window = 100;
+  AttentionCase c = AttentionCase::random(cfg, rng);
+  const char* before = std::getenv("FLASHGATE_CPU_THREADS");
+  const std::string saved = before ? before : "";
+  std::vector<Results> runs;
+  for (const char* threads : {"1", "3", "3", "8"}) {
+    setenv("FLASHGATE_CPU_THREADS", threads, 1);
+    c.poison_outputs();
+    runs.push_back(run_both(c));
+  }
+  if (before) setenv("FLASHGATE_CPU_THREADS", saved.c_str(), 1);
+  else unsetenv("FLASHGATE_CPU_THREADS");
+  for (size_t r = 1; r < runs.size(); ++r) {
+    SCOPED_TRACE("run " + std::to_string(r));
+    expect_identical("o", runs[r].o, runs[0].o);
+    expect_identical("lse", runs[r].lse, runs[0].lse);
+    expect_identical("dq", runs[r].dq, runs[0].dq);
+    expect_identical("dk", runs[r].dk, runs[0].dk);
+    expect_identical("dv", runs[r].dv, runs[0].dv);
+    expect_identical("dg", runs[r].dg, runs[0].dg);
+    expect_identical("dsink", runs[r].dsink, runs[0].dsink);
+  }
 }
 
 }  // namespace
