@@ -18,10 +18,10 @@ struct ScoreRule {
   int64_t window = detail::kNoWindow;
   double gate_scale = 1;  // factor of the gate term: 1, or the softmax scale for decode's gate_scale
 
-  // Visible keys of the query at p are [first_key(p), p]; window 0 leaves none.
+  // Visible keys of the query at p are [first_key(p), end_key(p)): j <= p and p - j < window (when set);
+  // window 0 leaves none.
   int64_t first_key(int64_t p) const { return window < 0 ? 0 : std::max<int64_t>(0, p - window + 1); }
   int64_t end_key(int64_t p) const { return std::max(p + 1, first_key(p)); }
-  bool visible(int64_t p, int64_t j) const { return j <= p && (window < 0 || p - j < window); }
 
   // `gate_q`/`gate_k`: the cumulative gate Gc at the two positions (0 without a gate).
   double score(double dot, double gate_q, double gate_k) const { return scale * dot + gate_scale * (gate_q - gate_k); }
