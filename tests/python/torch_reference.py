@@ -28,43 +28,54 @@ def visible(L_q, L_k, window, q_offset, device):
 
 
 def softmax_with_sink(S, mask, sink):
-    """S [HQ, Lq, Lk] scores, mask [Lq, Lk], sink [HQ] or None -> P [HQ, Lq, Lk], lse [HQ, Lq].
+    """S [..., HQ, Lq, Lk] scores, mask broadcastable to S, sink [HQ] or None -> P like S, lse [..., HQ, Lq].
     Rows with no visible key and no sink get P = 0 and lse = -inf, with zero (not NaN) gradients."""
     S = S.masked_fill(~mask, float("-inf"))
     if sink is None:
-        empty = ~mask.any(dim=-1)  # [Lq]
-        full = S.masked_fill(empty[None, :, None], 0.0)  # keep logsumexp finite on empty rows
+        empty = ~mask.any(dim=-1, keepdim=True)
+        full = S.masked_fill(empty, 0.0)  # keeps logsumexp finite on empty rows
         lse = torch.logsumexp(full, dim=-1)
         P = torch.exp(S - lse[..., None])
-        lse = lse.masked_fill(empty[None, :], float("-inf"))
-        return P, lse
-    sink_col = sink[:, None, None].expand(S.shape[0], S.shape[1], 1)
+        return P, lse.masked_fill(empty[..., 0], float("-inf"))
+    sink_col = sink[:, None, None].expand(*S.shape[:-1], 1)
     lse = torch.logsumexp(torch.cat([S, sink_col], dim=-1), dim=-1)
     return torch.exp(S - lse[..., None]), lse
 
 
 def attention(q, k, v, g=None, sink=None, scale=None, window=None, cu_seqlens=None):
-    """SPEC 3: o [B,T,HQ,V], lse [B,T,HQ]."""
+    """SPEC 3: o [B,T,HQ,V], lse [B,T,HQ]. Every sequence is padded to the longest one and all of them are
+    computed as one batch (fast for many short packed sequences too); padding keys are masked and padding
+    queries dropped."""
     B, T, HQ, K = q.shape
-    H = k.shape[2]
+    H, V = k.shape[2], v.shape[3]
     G = HQ // H
     scale = api_scale(scale, K)
-    o_rows, lse_rows = [], []
-    for b, s, e in segments(B, T, cu_seqlens):
-        L = e - s
-        qs = q[b, s:e].transpose(0, 1)  # [HQ, L, K]
-        ks = k[b, s:e].repeat_interleave(G, dim=1).transpose(0, 1)
-        vs = v[b, s:e].repeat_interleave(G, dim=1).transpose(0, 1)
-        S = scale * qs @ ks.transpose(1, 2)
-        if g is not None:
-            Gc = g[b, s:e].cumsum(0).transpose(0, 1)  # [HQ, L]
-            S = S + Gc[:, :, None] - Gc[:, None, :]
-        P, lse = softmax_with_sink(S, visible(L, L, window, 0, q.device), sink)
-        o_rows.append((P @ vs).transpose(0, 1))
-        lse_rows.append(lse.transpose(0, 1))
-    if cu_seqlens is None:
-        return torch.stack(o_rows), torch.stack(lse_rows)
-    return torch.cat(o_rows)[None], torch.cat(lse_rows)[None]
+    segs = segments(B, T, cu_seqlens)
+    lengths = torch.tensor([e - s for _, s, e in segs], device=q.device)
+    L = max(int(lengths.max()), 1) if len(segs) else 1
+    # Flat time index of each padded slot, and for each flat position its (sequence, offset).
+    starts = torch.tensor([b * T + s for b, s, _ in segs], device=q.device)
+    offsets = torch.arange(L, device=q.device)
+    slot = (starts[:, None] + offsets[None, :]).clamp(max=B * T - 1)  # [N, L]
+    key_valid = offsets[None, :] < lengths[:, None]  # [N, L]
+    seq_of = torch.repeat_interleave(torch.arange(len(segs), device=q.device), lengths)
+    pos_of = torch.arange(B * T, device=q.device) - torch.repeat_interleave(starts, lengths)
+
+    def padded(x):  # [B,T,...] -> [N, L, ...]
+        return x.reshape(B * T, *x.shape[2:])[slot]
+
+    qp = padded(q).permute(0, 2, 1, 3)  # [N, HQ, L, K]
+    kp = padded(k).repeat_interleave(G, dim=2).permute(0, 2, 1, 3)
+    vp = padded(v).repeat_interleave(G, dim=2).permute(0, 2, 1, 3)
+    S = scale * qp @ kp.transpose(-1, -2)  # [N, HQ, L, L]
+    if g is not None:
+        Gc = (padded(g) * key_valid[..., None]).cumsum(dim=1).permute(0, 2, 1)  # [N, HQ, L]
+        S = S + Gc[..., :, None] - Gc[..., None, :]
+    mask = visible(L, L, window, 0, q.device)[None, None] & key_valid[:, None, None, :]
+    P, lse = softmax_with_sink(S, mask, sink)
+    o = (P @ vp).permute(0, 2, 1, 3)  # [N, L, HQ, V]
+    lse = lse.permute(0, 2, 1)  # [N, L, HQ]
+    return o[seq_of, pos_of].reshape(B, T, HQ, V), lse[seq_of, pos_of].reshape(B, T, HQ)
 
 
 def decode(q, k, v, cu_seqlens, g=None, sink=None, scale=None, window=None, gate_scale=False):
