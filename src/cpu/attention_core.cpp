@@ -59,13 +59,13 @@ void ProbabilityBlock::compute(const ScoreRule& rule, const QueryRows& rows, con
   // q.k over the whole rectangle, then each row keeps its visible keys only.
   multiply_add(rows_, width_, slab.K, rows.q, slab.K, 1, slab.kt.data() + col0_, slab.count, p_.data(), width_);
   for (int64_t r = 0; r < rows_; ++r) {
-    double* s = p_.data() + r * width_ - col0_;  // indexed by slab column
+    double* s = p_.data() + r * width_;  // s[j - col0] is slab column j
     const double gate_q = rows.gate ? rows.gate[r] : 0.0;
     for (int64_t j = col0_; j < col0_ + width_; ++j)
-      if (j < lo_[r] || j >= hi_[r]) s[j] = 0;
+      if (j < lo_[r] || j >= hi_[r]) s[j - col0_] = 0;
     for (int64_t j = lo_[r]; j < hi_[r]; ++j)
-      s[j] = rule.score(s[j], gate_q, head.key_gate ? head.key_gate[j] : 0.0);
-    lse_[r] = softmax_with_sink(s + lo_[r], hi_[r] - lo_[r], head.sink);
+      s[j - col0_] = rule.score(s[j - col0_], gate_q, head.key_gate ? head.key_gate[j] : 0.0);
+    lse_[r] = softmax_with_sink(hi_[r] > lo_[r] ? s + (lo_[r] - col0_) : s, hi_[r] - lo_[r], head.sink);
   }
 }
 

@@ -39,13 +39,14 @@ void backward_block(const ProbabilityBlock& pb, int64_t r0, const double* q_bloc
   ds.assign(static_cast<size_t>(rows * w), 0.0);
   multiply_add(rows, w, V, do_block, V, 1, slab.vt.data() + c0, slab.count, ds.data(), w);  // dP = do.v
   for (int64_t r = 0; r < rows; ++r) {
-    const double* pr = prob + r * w - c0;  // indexed by key
-    double* dsr = ds.data() + r * w - c0;
+    const double* pr = prob + r * w;  // pr[c], dsr[c]: key column c0 + c
+    double* dsr = ds.data() + r * w;
+    const int64_t lo = pb.lo(r) - c0, hi = pb.hi(r) - c0;
     double expectation = 0;  // D = sum_j P dP
-    for (int64_t j = pb.lo(r); j < pb.hi(r); ++j) expectation += pr[j] * dsr[j];
+    for (int64_t c = lo; c < hi; ++c) expectation += pr[c] * dsr[c];
     double row_sum = 0;
-    for (int64_t j = c0; j < c0 + w; ++j)  // dS = P (dP - D), exactly 0 where P is
-      row_sum += dsr[j] = (j >= pb.lo(r) && j < pb.hi(r)) ? pr[j] * (dsr[j] - expectation) : 0.0;
+    for (int64_t c = 0; c < w; ++c)  // dS = P (dP - D), exactly 0 where P is
+      row_sum += dsr[c] = (c >= lo && c < hi) ? pr[c] * (dsr[c] - expectation) : 0.0;
     sums.dgc[r0 + r] += row_sum;  // Gc[i] enters s[i, j] with +1
     if (sink_logit && pb.lo(r) < pb.hi(r)) sums.dsink -= std::exp(*sink_logit - pb.lse(r)) * expectation;
   }
