@@ -43,6 +43,11 @@ def _empty(shape, dtype):
     return _np().empty(shape, dtype=dtype)
 
 
+def _workspace(nbytes):
+    """Scratch for the C++ call, asked for only when the call needs some."""
+    return _np().empty(nbytes, dtype="uint8")
+
+
 def _companion_dtype(q):
     """dtype of the fp32 companions (lse, g, sink, scales, dg, dsink): float64 in the fp64 reference mode."""
     np = _np()
@@ -149,7 +154,3 @@ def paged_attention(q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, 
                        v_scale=_dl(_scale_tensor(v_scale, q)), scale=scale, window=window_size, backend=backend,
                        workspace=_workspace)
     return o
-
-
-def _workspace(nbytes):
-    return _np().empty(nbytes, dtype="uint8")
