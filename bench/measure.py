@@ -55,7 +55,7 @@ def environment(argv):
         triton_version = None
     try:
         import flashgate
-        fg_version = flashgate.version()
+        fg_version = flashgate.__version__
     except Exception as e:  # noqa: BLE001
         fg_version = f"not importable: {e}"
     props = torch.cuda.get_device_properties(0)
@@ -65,9 +65,18 @@ def environment(argv):
         "cuda": torch.version.cuda, "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version(), "triton": triton_version,
         "flashgate": fg_version, "python": platform.python_version(),
-        "git": run(["git", "rev-parse", "--short", "HEAD"]),
-        "command": " ".join([os.path.basename(sys.executable)] + argv),
+        "git": run(["git", "rev-parse", "--short", "HEAD"]) or os.environ.get("FLASHGATE_GIT_REV", ""),
+        "command": " ".join(["python3"] + _without_out_dir(argv)),
     }
+
+
+def _without_out_dir(argv):
+    """The command line with the output folder (a machine path) written as OUT."""
+    args = list(argv)
+    for i, a in enumerate(args[:-1]):
+        if a == "--out":
+            args[i + 1] = "OUT"
+    return args
 
 
 def relative_rms(out, ref):
