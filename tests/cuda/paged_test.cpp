@@ -1,7 +1,8 @@
 // GPU tests of the portable paged_attention (SPEC §6) against the CPU fp64 reference on the same rounded
 // inputs (fp8 caches decoded exactly): o within relative RMS 0.005, never NaN, outputs poisoned before the
 // run, fresh inputs per run (the seed is in every failure message; FLASHGATE_SEED replays it). fp8 cases
-// also bound the output bias sum((o-ref)*ref)/sum(ref^2) by 5e-4.
+// also bound the output bias sum((o-ref)*ref)/sum(ref^2) by 5e-4, less the part of it that rounding the
+// reference to the output dtype already shows (bias_beyond_output_rounding).
 //
 // The matrix varies one axis at a time around small bases: dtypes, GQA 1/4/8/16/32, head dims (128,
 // 576/512 and odd ones), page sizes 16..256, contexts 1..4096 and 65537, verify tails 1-4 tokens into a
@@ -70,11 +71,25 @@ OwnedTensor run_gpu(const PagedCase& host) {
   return dev.o.to(Device::cpu);
 }
 
+// The SPEC's output bias of `out` minus that of the reference rounded to out's dtype: the part the kernel's
+// arithmetic adds. The rounding of the output alone is noise of the raw metric, and in small cases it is not
+// small: a row that sees one key is that key's V row, with spread-20 scales up to 20x larger than averaged
+// rows, so a few such rows dominate sum(ref^2). Over 1000 seeds of the head-major case the raw metric of the
+// correctly rounded reference has std 3.9e-4 (worst 1.75e-3) against the 5e-4 bound. A systematic
+// P * v_scale rounding moves most elements a fraction of an ulp the same way and shows in full here.
+double bias_beyond_output_rounding(const OwnedTensor& out, const OwnedTensor& ref) {
+  const flashgate::Tensor& t = out.view();
+  OwnedTensor rounded(t.dtype, std::vector<int64_t>(t.shape, t.shape + t.rank));
+  const std::vector<double> r = ref.values();
+  rounded.set_values(r);
+  return flashgate::harness::output_bias(out.values(), r) - flashgate::harness::output_bias(rounded.values(), r);
+}
+
 void expect_matches(const OwnedTensor& out, const OwnedTensor& ref, const PagedConfig& cfg) {
   fgtest::expect_close("o", out, ref, kTolerance);
   if (cfg.fp8) {
-    const double bias = flashgate::harness::output_bias(out.values(), ref.values());
-    EXPECT_LE(std::fabs(bias), kBiasTolerance) << "fp8 output bias " << bias;
+    const double bias = bias_beyond_output_rounding(out, ref);
+    EXPECT_LE(std::fabs(bias), kBiasTolerance) << "fp8 output bias beyond the output's rounding " << bias;
   }
 }
 
