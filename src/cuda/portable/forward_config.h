@@ -24,7 +24,7 @@ template <class T_, int KB_, int VB_, int WARPS_, int MT_, int BN_>
 struct ForwardTile {
   using T = T_;
   static constexpr int KB = KB_;        // q/k head dims held (multiple of 64)
-  static constexpr int VB = VB_;        // v head dims per chunk (multiple of 16, <= KB: o is staged in q's smem)
+  static constexpr int VB = VB_;        // v head dims per chunk (multiple of 64, <= KB: o is staged in q's smem)
   static constexpr int kWarps = WARPS_;
   static constexpr int MT = MT_;        // 16-row m-tiles per warp: 2 halves the k/v smem traffic per MMA
   static constexpr int BN = BN_;        // keys per tile
@@ -33,9 +33,17 @@ struct ForwardTile {
   // Rows padded by 16 bytes: the 8 row addresses of one ldmatrix then hit 8 distinct bank quads.
   static constexpr int kQStride = KB + 8, kKStride = KB + 8, kVStride = VB + 8;
   static constexpr int kSmemQ = BM * kQStride, kSmemK = BN * kKStride, kSmemV = BN * kVStride;
+  // Head dims below the bucket skip their MMAs in chunks of kSkipCols (the first chunk always runs): a
+  // uniform test per chunk keeps each chunk one straight-line block that the compiler can software-pipeline
+  // (a test per 16-wide step cut the loop into blocks of one ldmatrix and four mma, each exposing the
+  // ldmatrix latency). Loads zero-fill the columns up to active_cols, so the MMAs over them add nothing.
+  static constexpr int kSkipCols = 64;
+  static __host__ __device__ constexpr int active_cols(int cols) {
+    return (cols + kSkipCols - 1) / kSkipCols * kSkipCols;
+  }
   // Plus the gate prefix sums of the key tile.
   static constexpr size_t kSmemBytes = (kSmemQ + kSmemK + kSmemV) * sizeof(T) + BN * sizeof(float);
-  static_assert(VB <= KB && KB % 64 == 0 && VB % 16 == 0 && BN % 16 == 0, "tile shape");
+  static_assert(VB <= KB && KB % kSkipCols == 0 && VB % kSkipCols == 0 && BN % 16 == 0, "tile shape");
 };
 
 template <class T, int D>

@@ -19,6 +19,7 @@
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/visibility.h"
 #include "cuda/portable/forward_config.h"
+#include "cuda/portable/forward_tile_stream.cuh"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/ldmatrix.h"
@@ -26,8 +27,6 @@
 
 namespace flashgate::cuda {
 namespace forward_detail {
-
-constexpr int round_up16(int x) { return (x + 15) / 16 * 16; }
 
 // One block's work item: query tile, head and V chunk, with everything derived from them.
 struct WorkItem {
@@ -45,6 +44,7 @@ class ForwardBlock {
   static constexpr int MT = Tile::MT, BN = Tile::BN, KB = Tile::KB, VB = Tile::VB;
   static constexpr int kNT = BN / 8;   // 8-key n-tiles of a score tile
   static constexpr int kVT = VB / 8;   // 8-dim n-tiles of the output
+  static constexpr int kStepsPerSkip = Tile::kSkipCols / 16;  // 16-wide MMA steps per skippable chunk
 
  public:
   __device__ __forceinline__ ForwardBlock(const AttentionParams& p, const WorkItem& w, unsigned char* smem)
@@ -53,12 +53,14 @@ class ForwardBlock {
         sK_(sQ_ + Tile::kSmemQ),
         sV_(sK_ + Tile::kSmemK),
         sGk_(reinterpret_cast<float*>(sV_ + Tile::kSmemV)),
-        k_src_(p.k.template row<const T>(w.seq.batch, w.seq.start, w.kvh)),
-        v_src_(p.v.template row<const T>(w.seq.batch, w.seq.start, w.kvh) + w.v0),
+        k_stream_(sK_, p.k.template row<const T>(w.seq.batch, w.seq.start, w.kvh), p.k.token_stride, p.K,
+                  Tile::active_cols(p.K), threadIdx.x),
+        v_stream_(sV_, p.v.template row<const T>(w.seq.batch, w.seq.start, w.kvh) + w.v0, p.v.token_stride,
+                  w.v_width, Tile::active_cols(w.v_width), threadIdx.x),
         gc_(p.has_gate ? p.gc_row(w.seq.batch, w.h) + w.seq.start : nullptr),
         g_ref_(gc_ ? gc_[w.m0] : 0.f),
         tid_(threadIdx.x), lane_(threadIdx.x % 32), warp_row0_((threadIdx.x / 32) * MT * 16),
-        k_active_(round_up16(p.K)), v_active_(round_up16(w.v_width)) {}
+        k_active_(Tile::active_cols(p.K)), v_active_(Tile::active_cols(w.v_width)) {}
 
   __device__ __forceinline__ void run() {
     float o[MT][kVT][4];
@@ -100,22 +102,17 @@ class ForwardBlock {
                                                                k_active_, tid_);
   }
 
-  // Key pointers advance from the sequence's key row 0: 64-bit, the tensors may span more than 2^31 elements.
+  // Key rows count from the sequence's first key (64-bit pointer steps: tensors may exceed 2^31 elements).
   __device__ __forceinline__ void load_k(int n) {
     const int n0 = n * BN;
-    load_tile<T, BN, KB, Tile::kKStride, Tile::kThreads>(sK_, k_src_ + n0 * p_.k.token_stride, p_.k.token_stride,
-                                                         w_.seq.len - n0, p_.K, k_active_, tid_);
+    k_stream_.load(n0, w_.seq.len - n0);
     if (gc_ && tid_ < BN) {
       const bool valid = n0 + tid_ < w_.seq.len;
       ptx::cp_async_4(sGk_ + tid_, gc_ + (valid ? n0 + tid_ : 0), valid ? 4 : 0);
     }
   }
 
-  __device__ __forceinline__ void load_v(int n) {
-    const int n0 = n * BN;
-    load_tile<T, BN, VB, Tile::kVStride, Tile::kThreads>(sV_, v_src_ + n0 * p_.v.token_stride, p_.v.token_stride,
-                                                         w_.seq.len - n0, w_.v_width, v_active_, tid_);
-  }
+  __device__ __forceinline__ void load_v(int n) { v_stream_.load(n * BN, w_.seq.len - n * BN); }
 
   // ---- S = Q K^T ----------------------------------------------------------------------------------------
   __device__ __forceinline__ void scores(float (&s)[MT][kNT][4]) const {
@@ -127,31 +124,39 @@ class ForwardBlock {
     const T* q_base = sQ_ + (warp_row0_ + lane_ % 16) * Tile::kQStride + (lane_ / 16) * 8;
     const T* k_base = sK_ + ((lane_ / 16) * 8 + lane_ % 8) * Tile::kKStride + ((lane_ / 8) % 2) * 8;
 #pragma unroll
-    for (int ks = 0; ks < KB / 16; ++ks) {
-      if (ks * 16 < k_active_) {  // a runtime skip, not a break: the loop must stay unrolled
-      uint32_t a[MT][4];
+    for (int kc = 0; kc < KB / Tile::kSkipCols; ++kc) {
+      if (kc > 0 && kc * Tile::kSkipCols >= k_active_) continue;  // uniform; must stay unrolled (no break)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) ptx::ldmatrix_x4(a[mt], q_base + mt * 16 * Tile::kQStride + ks * 16);
+      for (int ks = kc * kStepsPerSkip; ks < (kc + 1) * kStepsPerSkip; ++ks) {
+        uint32_t a[MT][4];
 #pragma unroll
-      for (int np = 0; np < BN / 16; ++np) {
-        uint32_t b[4];
-        ptx::ldmatrix_x4(b, k_base + np * 16 * Tile::kKStride + ks * 16);
-        const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+        for (int mt = 0; mt < MT; ++mt) ptx::ldmatrix_x4(a[mt], q_base + mt * 16 * Tile::kQStride + ks * 16);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          ptx::mma_16816<T>(s[mt][2 * np], a[mt], b_lo);
-          ptx::mma_16816<T>(s[mt][2 * np + 1], a[mt], b_hi);
+        for (int np = 0; np < BN / 16; ++np) {
+          uint32_t b[4];
+          ptx::ldmatrix_x4(b, k_base + np * 16 * Tile::kKStride + ks * 16);
+          const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            ptx::mma_16816<T>(s[mt][2 * np], a[mt], b_lo);
+            ptx::mma_16816<T>(s[mt][2 * np + 1], a[mt], b_hi);
+          }
         }
-      }
       }
     }
   }
 
   // ---- online softmax: scores -> P (as MMA A operands), rescaling o ------------------------------------------
+  // Scores reach exp2 as fmaf(s, exp_scale(), -row max). Without a gate and with a positive scale (the usual
+  // case) s stays the raw dot product: the row max commutes with the scale, so the scale costs nothing
+  // beyond that FMA. Otherwise a pre-pass moves s into the exp2 domain first and exp_scale() is 1.
   __device__ __forceinline__ void softmax(float (&s)[MT][kNT][4], int n0,
                                           SoftmaxRow (&rows)[MT][2], float (&o)[MT][kVT][4],
                                           uint32_t (&pa)[MT][BN / 16][4]) const {
-    to_log2_scores(s, n0);
+    if (prescaled()) to_log2_scores(s);
+    // Per-element masking only where the tile needs it: diagonal, window edge, sequence end (uniform test).
+    if (block_needs_mask(w_.m0, w_.m0 + Tile::BM, n0, n0 + BN, w_.seq.len, p_.window)) mask_hidden(s, n0);
+    const float exp_scale = prescaled() ? 1.f : p_.scale_log2;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -159,7 +164,7 @@ class ForwardBlock {
         float tile_max = -INFINITY;
 #pragma unroll
         for (int j = 0; j < kNT; ++j) tile_max = fmaxf(tile_max, fmaxf(s[mt][j][2 * half], s[mt][j][2 * half + 1]));
-        const float factor = rows[mt][half].rescale(quad_max(tile_max));
+        const float factor = rows[mt][half].rescale(quad_max(tile_max) * exp_scale);
         // Past the first tiles the row max rarely moves: skip the multiplies when no row of the warp's
         // m-tile half needs them (a warp-uniform branch).
         if (__any_sync(0xffffffffu, factor != 1.f)) {
@@ -170,14 +175,18 @@ class ForwardBlock {
           }
         }
       }
-      const float off[2] = {rows[mt][0].exp_offset(), rows[mt][1].exp_offset()};
 #pragma unroll
-      for (int j = 0; j < kNT; ++j)
+      for (int half = 0; half < 2; ++half) {
+        const float off = rows[mt][half].exp_offset();
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[mt][j][e] = ptx::exp2_ftz(s[mt][j][e] - off[e / 2]);
-          rows[mt][e / 2].sum += s[mt][j][e];
+        for (int j = 0; j < kNT; ++j) {
+          float& x0 = s[mt][j][2 * half];
+          float& x1 = s[mt][j][2 * half + 1];
+          x0 = ptx::exp2_ftz(fmaf(x0, exp_scale, -off));
+          x1 = ptx::exp2_ftz(fmaf(x1, exp_scale, -off));
+          rows[mt][half].sum += x0 + x1;  // pairs first: a dependent chain of kNT adds, not 2 * kNT
         }
+      }
       // Score n-tiles 2k and 2k+1 form the A operand of P V's k-step k (PTX m16n8k16 fragment layout).
 #pragma unroll
       for (int k = 0; k < BN / 16; ++k) {
@@ -189,13 +198,15 @@ class ForwardBlock {
     }
   }
 
-  // Raw dot products -> exp2-domain scores: times scale * log2(e), plus the key side of the gate term,
-  // -inf where hidden. The gate term Gc[i] - Gc[j] is split at g_ref = Gc[m0]: the key part
-  // -(Gc[j] - g_ref) goes in here, the row part Gc[i] - g_ref is a per-row constant that cancels in P and
-  // is added to the row max only at the end (epilogue). Both parts stay small where P matters, so fp32 keeps
-  // their precision, and the loop holds no per-row gate registers.
-  __device__ __forceinline__ void to_log2_scores(float (&s)[MT][kNT][4], int n0) const {
-    const bool masked = block_needs_mask(w_.m0, w_.m0 + Tile::BM, n0, n0 + BN, w_.seq.len, p_.window);
+  // Whether scores are moved into the exp2 domain before the row max (see softmax).
+  __device__ __forceinline__ bool prescaled() const { return gc_ != nullptr || !(p_.scale_log2 > 0.f); }
+
+  // Raw dot products -> exp2-domain scores: times scale * log2(e), plus the key side of the gate term.
+  // The gate term Gc[i] - Gc[j] is split at g_ref = Gc[m0]: the key part -(Gc[j] - g_ref) goes in here, the
+  // row part Gc[i] - g_ref is a per-row constant that cancels in P and is added to the row max only at the
+  // end (epilogue). Both parts stay small where P matters, so fp32 keeps their precision, and the loop
+  // holds no per-row gate registers.
+  __device__ __forceinline__ void to_log2_scores(float (&s)[MT][kNT][4]) const {
 #pragma unroll
     for (int j = 0; j < kNT; ++j)
 #pragma unroll
@@ -205,13 +216,23 @@ class ForwardBlock {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            float& x = s[mt][j][2 * half + e2];
-            x = fmaf(x, p_.scale_log2, -gk2);
-            if (masked) {
-              const int row = w_.m0 + warp_row0_ + mt * 16 + lane_ / 4 + half * 8;
-              if (!visible(row, n0 + col, w_.seq.len, p_.window)) x = -INFINITY;
-            }
+          for (int half = 0; half < 2; ++half) s[mt][j][2 * half + e2] = fmaf(s[mt][j][2 * half + e2], p_.scale_log2, -gk2);
+      }
+  }
+
+  // -inf where query row i does not see key column j.
+  __device__ __forceinline__ void mask_hidden(float (&s)[MT][kNT][4], int n0) const {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = w_.m0 + warp_row0_ + mt * 16 + lane_ / 4 + half * 8;
+#pragma unroll
+        for (int j = 0; j < kNT; ++j)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const int col = n0 + j * 8 + (lane_ % 4) * 2 + e2;
+            if (!visible(row, col, w_.seq.len, p_.window)) s[mt][j][2 * half + e2] = -INFINITY;
           }
       }
   }
@@ -220,10 +241,12 @@ class ForwardBlock {
   __device__ __forceinline__ void accumulate_pv(const uint32_t (&pa)[MT][BN / 16][4], float (&o)[MT][kVT][4]) const {
     const T* v_base = sV_ + (lane_ % 16) * Tile::kVStride + (lane_ / 16) * 8;
 #pragma unroll
-    for (int k = 0; k < BN / 16; ++k)
+    for (int vc = 0; vc < VB / Tile::kSkipCols; ++vc) {
+      if (vc > 0 && vc * Tile::kSkipCols >= v_active_) continue;
 #pragma unroll
-      for (int vp = 0; vp < VB / 16; ++vp) {
-        if (vp * 16 < v_active_) {
+      for (int k = 0; k < BN / 16; ++k)
+#pragma unroll
+        for (int vp = vc * kStepsPerSkip; vp < (vc + 1) * kStepsPerSkip; ++vp) {
           uint32_t b[4];
           ptx::ldmatrix_x4_trans(b, v_base + k * 16 * Tile::kVStride + vp * 16);
           const uint32_t b_lo[2] = {b[0], b[1]}, b_hi[2] = {b[2], b[3]};
@@ -233,7 +256,7 @@ class ForwardBlock {
             ptx::mma_16816<T>(o[mt][2 * vp + 1], pa[mt][k], b_hi);
           }
         }
-      }
+    }
   }
 
   // ---- o and lse ----------------------------------------------------------------------------------------------
@@ -271,8 +294,8 @@ class ForwardBlock {
   T* const sK_;
   T* const sV_;
   float* const sGk_;  // Gc of the key tile's keys (with a gate)
-  const T* const k_src_;
-  const T* const v_src_;
+  const TileStream<T, BN, KB, Tile::kKStride, Tile::kThreads> k_stream_;
+  const TileStream<T, BN, VB, Tile::kVStride, Tile::kThreads> v_stream_;
   const float* const gc_;
   const float g_ref_;  // Gc at the tile's first row (see to_log2_scores)
   const int tid_, lane_, warp_row0_;
