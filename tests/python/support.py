@@ -38,6 +38,15 @@ def relative_rms(out, ref):
     return num / den if den > 0 else num
 
 
+def output_bias(out, ref):
+    """SPEC 6: sum((out - ref) * ref) / sum(ref^2). Callers subtract the bias of ref rounded to out's dtype:
+    rounding alone is noise of this metric, not small when a few rows (one visible key, a large V scale)
+    dominate sum(ref^2); a systematic rounding of P * v_scale shows in full in the difference."""
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    return float(((out - ref) * ref).sum() / (ref * ref).sum())
+
+
 def assert_close(name, out, ref, tol, seed=None):
     out = np.asarray(out, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)

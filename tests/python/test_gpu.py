@@ -17,7 +17,7 @@ if not flashgate.cuda_available():
 import torch.nn.functional as F  # noqa: E402
 
 import torch_reference as ref  # noqa: E402
-from support import fresh_seed  # noqa: E402
+from support import fresh_seed, output_bias  # noqa: E402
 
 DEV = "cuda"
 F16, BF16 = torch.float16, torch.bfloat16
@@ -435,8 +435,11 @@ def test_paged(rng, name, kv):
     want = ref.paged(**c, sink=s, window=f.get("window"), **scales)
     ref.assert_close("o", o, want, 5e-3, rng.seed)
     if kv.startswith("fp8"):
-        bias = float(((o.double() - want) * want).sum() / (want * want).sum())
-        assert abs(bias) <= 5e-4, f"output bias {bias:.3g} (seed {rng.seed})"
+        # SPEC 6 output bias, less what rounding the reference to bf16 alone shows (noise of the metric).
+        host = {"o": o.double().cpu().numpy(), "rounded": want.to(o.dtype).double().cpu().numpy(),
+                "ref": want.cpu().numpy()}
+        bias = output_bias(host["o"], host["ref"]) - output_bias(host["rounded"], host["ref"])
+        assert abs(bias) <= 5e-4, f"output bias beyond the output's rounding {bias:.3g} (seed {rng.seed})"
 
 
 def test_paged_fused_kv_cache_view_and_out(rng):
