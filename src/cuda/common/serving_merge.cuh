@@ -1,7 +1,8 @@
 // The split-KV (flash-decoding) merge: a row's keys were cut into slices, each slice left its output
 // normalised by its own sum, o_s, and the log2 of that sum, lse_s (-inf for a slice that saw no key).
 // Then o = sum_s 2^(lse_s - M) o_s / (sum_s 2^(lse_s - M) + sink mass), M = max_s lse_s: an empty slice
-// weighs exactly 0, and a row with no key anywhere gives o = 0 (SPEC §3, §6). One warp per row.
+// weighs exactly 0, and a row with no key anywhere gives o = 0 (SPEC §3, §6). One warp per row and
+// 32 of its dims.
 #pragma once
 
 #include <cstdint>
@@ -24,11 +25,14 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 // Merges `splits` partials of one row (lse at lse[s * lse_stride], o at o[s * o_stride + d]) into
-// out(d, value) for d < dims. `weights` is per-warp shared scratch of kMaxMergeSplits floats.
+// out(d, value) for d in [dim_begin, dim_end), one dim per lane. `weights` is per-warp shared scratch of
+// kMaxMergeSplits floats. The partials are read kSplitBatch splits at a time with independent loads: the
+// kernel is latency-bound (a long context has tens of splits per row), not bandwidth-bound.
 template <class Store>
 __device__ __forceinline__ void merge_split_row(const float* lse, int64_t lse_stride, const float* o, int64_t o_stride,
-                                                int splits, int dims, bool has_sink, float sink, float* weights,
-                                                Store&& out) {
+                                                int splits, int dim_begin, int dim_end, bool has_sink, float sink,
+                                                float* weights, Store&& out) {
+  constexpr int kSplitBatch = 8;
   const int lane = threadIdx.x & 31;
   float m = -INFINITY;
   for (int s = lane; s < splits; s += 32) m = fmaxf(m, lse[s * lse_stride]);
@@ -42,10 +46,18 @@ __device__ __forceinline__ void merge_split_row(const float* lse, int64_t lse_st
   z = warp_sum(z);
   __syncwarp();
   const RowResult res = finish_row(m, z, has_sink, sink);
-  for (int d = lane; d < dims; d += 32) {
+  for (int d = dim_begin + lane; d < dim_end; d += 32) {
     float x = 0.f;
-    for (int s = 0; s < splits; ++s)
-      if (weights[s] != 0.f) x += weights[s] * o[s * o_stride + d];
+    for (int s0 = 0; s0 < splits; s0 += kSplitBatch) {
+      float part[kSplitBatch];
+#pragma unroll
+      for (int u = 0; u < kSplitBatch; ++u) part[u] = s0 + u < splits ? o[(s0 + u) * o_stride + d] : 0.f;
+#pragma unroll
+      for (int u = 0; u < kSplitBatch; ++u) {
+        const float w = s0 + u < splits ? weights[s0 + u] : 0.f;
+        if (w != 0.f) x += w * part[u];  // an empty slice weighs 0 whatever its partial holds
+      }
+    }
     out(d, x * res.o_scale);
   }
 }

@@ -1,4 +1,5 @@
-// The split-KV merge kernel of the serving ops: one warp per (query row, query head).
+// The split-KV merge kernel of the serving ops: one warp per (query row, query head) and 32 value dims, so
+// that a few rows with many splits (one long sequence) still spread over many warps.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -14,16 +15,19 @@ constexpr int kWarps = 4;
 __global__ void __launch_bounds__(kWarps * 32) paged_merge_kernel(const ServingParams p) {
   __shared__ float weights[kWarps][kMaxMergeSplits];
   const int warp = threadIdx.x / 32;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;  // (query row, query head)
-  if (row >= p.total_q * p.HQ) return;
+  const int dim_slices = (p.V + 31) / 32;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp;  // (query row, query head, slice)
+  const int64_t rows = p.total_q * p.HQ;
+  if (item >= rows * dim_slices) return;
+  const int64_t row = item / dim_slices;
+  const int dim_begin = static_cast<int>(item % dim_slices) * 32;
   const int64_t q_row = row / p.HQ;
   const int head = static_cast<int>(row % p.HQ);
-  const int64_t rows = p.total_q * p.HQ;
   const bool has_sink = p.sink != nullptr;
   const float sink = has_sink ? p.sink[head * p.sink_stride] : 0.f;
   const int64_t out = q_row * p.o_row_stride + head * p.o_head_stride;
-  merge_split_row(p.lse_partial + row, rows, p.o_partial + row * p.V, rows * p.V, p.num_splits, p.V, has_sink, sink,
-                  weights[warp], [&](int d, float x) {
+  merge_split_row(p.lse_partial + row, rows, p.o_partial + row * p.V, rows * p.V, p.num_splits, dim_begin,
+                  min(dim_begin + 32, p.V), has_sink, sink, weights[warp], [&](int d, float x) {
                     if (p.qo_dtype == DType::bf16) static_cast<__nv_bfloat16*>(p.o)[out + d] = __float2bfloat16_rn(x);
                     else if (p.qo_dtype == DType::f16) static_cast<__half*>(p.o)[out + d] = __float2half_rn(x);
                     else static_cast<float*>(p.o)[out + d] = x;
@@ -33,9 +37,9 @@ __global__ void __launch_bounds__(kWarps * 32) paged_merge_kernel(const ServingP
 }  // namespace
 
 void launch_paged_merge(const ServingParams& p, CUstream_st* stream) {
-  const int64_t rows = p.total_q * p.HQ;
-  if (rows == 0) return;
-  const int64_t blocks = (rows + kWarps - 1) / kWarps;
+  const int64_t items = p.total_q * p.HQ * ((p.V + 31) / 32);
+  if (items == 0) return;
+  const int64_t blocks = (items + kWarps - 1) / kWarps;
   paged_merge_kernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(p);
   FLASHGATE_CHECK_LAUNCH("paged_merge_kernel");
 }
