@@ -107,6 +107,32 @@ __device__ __forceinline__ void wait_oldest_stage(int stages) {
   else ptx::cp_async_wait<1>();
 }
 
+// One warp copies `kRowsPerWarp` rows of one operand (`bytes` per row, padded to kChunks 16-byte chunks)
+// into a stage, kLanes lanes per row: one instruction covers whole rows, i.e. whole 128-byte lines (full L2
+// sectors, one request per line) and whole 32-bank spans of shared memory (the swizzles only permute chunks
+// within 128 bytes). Row r's source byte offset is `src_off` of lane r, -1 to zero-fill the row.
+template <int kChunks, int kRowsPerWarp, class ChunkOffset>
+__device__ __forceinline__ void copy_warp_rows(unsigned char* stage, const unsigned char* base, int64_t src_off,
+                                               int bytes, int row0, int lane, ChunkOffset chunk_offset) {
+  constexpr int kLanes = kChunks < 32 ? kChunks : 32;
+  constexpr int kRowsPerPass = 32 / kLanes;
+  constexpr int kChunkPasses = (kChunks + kLanes - 1) / kLanes;
+  static_assert(32 % kLanes == 0 && kRowsPerWarp % kRowsPerPass == 0, "a pass must cover whole rows");
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; r += kRowsPerPass) {
+    const int row = r + lane / kLanes;
+    const int64_t off = __shfl_sync(0xffffffffu, src_off, row);
+#pragma unroll
+    for (int pass = 0; pass < kChunkPasses; ++pass) {
+      const int ch = lane % kLanes + pass * kLanes;
+      if (ch < kChunks && ch * 16 < bytes) {  // chunks past the row stay zero from the start
+        const int n = off < 0 ? 0 : (bytes - ch * 16 < 16 ? bytes - ch * 16 : 16);
+        ptx::cp_async_16(stage + chunk_offset(row0 + row, ch), n ? base + off + ch * 16 : base, n);
+      }
+    }
+  }
+}
+
 // Per-row facts of the CTA's 16 rows, staged once in shared memory.
 struct SharedRows {
   int64_t q_row[16];
@@ -137,6 +163,47 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   RowBlock rb;
   if (!resolve_row_block(p, blockIdx.x, rb)) return;  // the same for every thread of the CTA
 
+  // This split's keys.
+  const KeyRange slice = split_slice(block_key_range(p, rb), split, p.num_splits, KS);
+  const int num_tiles = slice.end > slice.begin ? (slice.end - slice.begin + KS - 1) / KS : 0;
+
+  // Stage loader: warp w copies stage rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp); lane i looks row i
+  // up (block table, scales) once and the lanes that copy the row get its offsets by shuffle.
+  constexpr int kRowsPerWarp = KS / Tile::kWarps;
+  const int key_bytes = p.K * Tile::kBytes, value_bytes = p.V * Tile::kBytes;
+  const unsigned char* kbase = static_cast<const unsigned char*>(p.k);
+  const unsigned char* vbase = static_cast<const unsigned char*>(p.v);
+  auto load_stage = [&](int tile) {
+    unsigned char* stage = ring + (tile % stages) * Tile::kStageBytes;
+    unsigned char* vstage = stage + KS * Tile::kKeyRowBytes;
+    const int row0 = warp * kRowsPerWarp;
+    const int j = slice.begin + tile * KS + row0 + lane;
+    KeyRow kr;
+    const bool ok = lane < kRowsPerWarp && j < slice.end && locate_key(p, rb.seq, kv_head, j, kr);
+    paged_detail::copy_warp_rows<Tile::kKeyRowBytes / 16, kRowsPerWarp>(
+        stage, kbase, ok ? kr.k_off * Tile::kBytes : -1, key_bytes, row0, lane,
+        [](int row, int chunk) { return Tile::key_chunk(row, chunk); });
+    paged_detail::copy_warp_rows<Tile::kValueRowBytes / 16, kRowsPerWarp>(
+        vstage, vbase, ok ? kr.v_off * Tile::kBytes : -1, value_bytes, row0, lane,
+        [](int row, int chunk) { return Tile::value_chunk(row, chunk); });
+    if constexpr (Tile::kScaleSlots) {
+      // Per-token scales next to the rows; a key that is not loaded gets scale 0 (its column is masked).
+      float* scales = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + row0 + lane;
+      if (lane < kRowsPerWarp && p.k_scale_mode == CacheScale::per_token)
+        ptx::cp_async_4(scales, ok ? p.k_scale + scale_offset(p.k_scale_strides, kr, kv_head) : p.k_scale, ok ? 4 : 0);
+      if (lane < kRowsPerWarp && p.v_scale_mode == CacheScale::per_token)
+        ptx::cp_async_4(scales + KS, ok ? p.v_scale + scale_offset(p.v_scale_strides, kr, kv_head) : p.v_scale,
+                        ok ? 4 : 0);
+    }
+  };
+
+  // The first stages go out before anything else: staging the rows and query fragments below then costs
+  // no time of its own (it overlaps their latency). The zero padding below touches no chunk they fill.
+  for (int t = 0; t < stages - 1; ++t) {
+    if (t < num_tiles) load_stage(t);
+    ptx::cp_async_commit();
+  }
+
   if (tid < Tile::kRows) {
     const RowInfo ri = row_info(p, rb, kv_head, tid);
     rows->q_row[tid] = ri.q_row;
@@ -146,74 +213,49 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   }
   // Padding dims of every stage stay zero (a NaN there would poison the mma); loads never touch them.
   {
-    const int key_chunks = (p.K * Tile::kBytes + 15) / 16, value_chunks = (p.V * Tile::kBytes + 15) / 16;
+    const int key_chunks = (key_bytes + 15) / 16, value_chunks = (value_bytes + 15) / 16;
     constexpr int kKeyChunks = Tile::kKeyRowBytes / 16, kValueChunks = Tile::kValueRowBytes / 16;
-    for (int i = tid; i < stages * KS * kKeyChunks; i += Tile::kThreads) {
-      const int chunk = i % kKeyChunks, row = (i / kKeyChunks) % KS, stage = i / (kKeyChunks * KS);
-      if (chunk >= key_chunks)
-        *reinterpret_cast<uint4*>(ring + stage * Tile::kStageBytes + Tile::key_chunk(row, chunk)) = make_uint4(0, 0, 0, 0);
-    }
-    for (int i = tid; i < stages * KS * kValueChunks; i += Tile::kThreads) {
-      const int chunk = i % kValueChunks, row = (i / kValueChunks) % KS, stage = i / (kValueChunks * KS);
-      if (chunk >= value_chunks)
-        *reinterpret_cast<uint4*>(ring + stage * Tile::kStageBytes + KS * Tile::kKeyRowBytes +
-                                  Tile::value_chunk(row, chunk)) = make_uint4(0, 0, 0, 0);
-    }
+    if (key_chunks < kKeyChunks)
+      for (int i = tid; i < stages * KS * kKeyChunks; i += Tile::kThreads) {
+        const int chunk = i % kKeyChunks, row = (i / kKeyChunks) % KS, stage = i / (kKeyChunks * KS);
+        if (chunk >= key_chunks)
+          *reinterpret_cast<uint4*>(ring + stage * Tile::kStageBytes + Tile::key_chunk(row, chunk)) = make_uint4(0, 0, 0, 0);
+      }
+    if (value_chunks < kValueChunks)
+      for (int i = tid; i < stages * KS * kValueChunks; i += Tile::kThreads) {
+        const int chunk = i % kValueChunks, row = (i / kValueChunks) % KS, stage = i / (kValueChunks * KS);
+        if (chunk >= value_chunks)
+          *reinterpret_cast<uint4*>(ring + stage * Tile::kStageBytes + KS * Tile::kKeyRowBytes +
+                                    Tile::value_chunk(row, chunk)) = make_uint4(0, 0, 0, 0);
+      }
   }
   __syncthreads();
 
   // Query fragments in the key-permuted head-dim order (Frag::key_dim), zero past K and in padding rows.
-  for (int i = tid; i < Tile::kKSteps * 128; i += Tile::kThreads) {
-    const int ks = i >> 7, ln = (i >> 2) & 31, reg = i & 3;
+  // Thread tid fills register tid % 4 of lane tid / 4 in every k-step; kQBatch k-steps of independent
+  // loads at a time.
+  {
+    static_assert(Tile::kThreads == 128, "one query fragment register per thread and k-step");
+    constexpr int kQBatch = Tile::kKSteps < 8 ? Tile::kKSteps : 8;
+    const int ln = tid >> 2, reg = tid & 3;
     const int r = (ln >> 2) + ((reg & 1) ? 8 : 0), half = reg >> 1;
-    const int d0 = Frag::key_dim(ks, ln & 3, half, 0), d1 = Frag::key_dim(ks, ln & 3, half, 1);
-    float x0 = 0.f, x1 = 0.f;
     const int head = rows->head[r];
-    if (head >= 0) {
-      const int64_t base = rows->q_row[r] * p.q_row_stride + head * p.q_head_stride;
-      if (d0 < p.K) x0 = paged_detail::load_qo(p.q, base + d0, p.qo_dtype);
-      if (d1 < p.K) x1 = paged_detail::load_qo(p.q, base + d1, p.qo_dtype);
+    const int64_t base = head >= 0 ? rows->q_row[r] * p.q_row_stride + head * p.q_head_stride : 0;
+    for (int ks0 = 0; ks0 < Tile::kKSteps; ks0 += kQBatch) {
+      float x[kQBatch][2];
+#pragma unroll
+      for (int u = 0; u < kQBatch; ++u) {
+        const int d0 = Frag::key_dim(ks0 + u, ln & 3, half, 0), d1 = Frag::key_dim(ks0 + u, ln & 3, half, 1);
+        const bool live = head >= 0 && ks0 + u < Tile::kKSteps;
+        x[u][0] = live && d0 < p.K ? paged_detail::load_qo(p.q, base + d0, p.qo_dtype) : 0.f;
+        x[u][1] = live && d1 < p.K ? paged_detail::load_qo(p.q, base + d1, p.qo_dtype) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kQBatch; ++u)
+        if (ks0 + u < Tile::kKSteps) qfrag[(ks0 + u) * 128 + tid] = ptx::pack2<Mma>(x[u][0], x[u][1]);
     }
-    qfrag[i] = ptx::pack2<Mma>(x0, x1);
   }
-
-  // This split's keys.
-  const KeyRange slice = split_slice(block_key_range(p, rb), split, p.num_splits, KS);
-  const int num_tiles = slice.end > slice.begin ? (slice.end - slice.begin + KS - 1) / KS : 0;
-
-  // Stage loader: thread -> (row, first chunk); every thread looks its row up once per stage.
-  constexpr int kThreadsPerRow = Tile::kThreads / KS;
-  const int load_row = tid / kThreadsPerRow, load_part = tid % kThreadsPerRow;
-  const int key_bytes = p.K * Tile::kBytes, value_bytes = p.V * Tile::kBytes;
-  const unsigned char* kbase = static_cast<const unsigned char*>(p.k);
-  const unsigned char* vbase = static_cast<const unsigned char*>(p.v);
-  auto load_stage = [&](int tile) {
-    unsigned char* stage = ring + (tile % stages) * Tile::kStageBytes;
-    const int j = slice.begin + tile * KS + load_row;
-    KeyRow kr;
-    const bool ok = j < slice.end && locate_key(p, rb.seq, kv_head, j, kr);
-    for (int ch = load_part; ch * 16 < key_bytes; ch += kThreadsPerRow) {
-      const int n = ok ? (key_bytes - ch * 16 < 16 ? key_bytes - ch * 16 : 16) : 0;
-      ptx::cp_async_16(stage + Tile::key_chunk(load_row, ch), n ? kbase + (kr.k_off * Tile::kBytes + ch * 16) : kbase, n);
-    }
-    unsigned char* vstage = stage + KS * Tile::kKeyRowBytes;
-    for (int ch = load_part; ch * 16 < value_bytes; ch += kThreadsPerRow) {
-      const int n = ok ? (value_bytes - ch * 16 < 16 ? value_bytes - ch * 16 : 16) : 0;
-      ptx::cp_async_16(vstage + Tile::value_chunk(load_row, ch), n ? vbase + (kr.v_off * Tile::kBytes + ch * 16) : vbase, n);
-    }
-    if constexpr (Tile::kScaleSlots) {
-      // Per-token scales next to the rows; a key that is not loaded gets scale 0 (its column is masked).
-      float* scales = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes);
-      if (load_part == 0 && p.k_scale_mode == CacheScale::per_token)
-        ptx::cp_async_4(scales + load_row, ok ? p.k_scale + scale_offset(p.k_scale_strides, kr, kv_head) : p.k_scale,
-                        ok ? 4 : 0);
-      if (load_part == 0 && p.v_scale_mode == CacheScale::per_token)
-        ptx::cp_async_4(scales + KS + load_row,
-                        ok ? p.v_scale + scale_offset(p.v_scale_strides, kr, kv_head) : p.v_scale, ok ? 4 : 0);
-    }
-  };
-
-  __syncthreads();  // qfrag and rows complete
+  __syncthreads();  // qfrag complete
 
   uint32_t qreg[Tile::kQInRegisters ? Tile::kKSteps : 1][4];
   if constexpr (Tile::kQInRegisters) {
@@ -240,11 +282,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   float acc[Tile::kValueTiles][4];
 #pragma unroll
   for (int i = 0; i < Tile::kValueTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-
-  for (int t = 0; t < stages - 1; ++t) {
-    if (t < num_tiles) load_stage(t);
-    ptx::cp_async_commit();
-  }
 
   for (int tile = 0; tile < num_tiles; ++tile) {
     if (tile + stages - 1 < num_tiles) load_stage(tile + stages - 1);
