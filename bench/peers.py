@@ -147,6 +147,33 @@ def sdpa_decode(backend_name):
     return build
 
 
+def fla_decode(path):
+    """FLA's attn_decoding_one_step over the packed twin of the cache ([1, N*L, H, D])."""
+    def build(row, t):
+        if not path:
+            raise CannotRun("flash-linear-attention not given (--fla PATH)")
+        if path not in sys.path:
+            sys.path.insert(0, path)
+        try:
+            from fla.ops.attn.decoding import attn_decoding_one_step
+        except Exception as e:  # noqa: BLE001
+            raise CannotRun(f"import failed: {e}")
+        N, L = row.batch, row.context
+        q = t["q"].view(1, N, row.HQ, row.D)
+        k = t["k_real"].reshape(1, N * L, row.H, row.D)
+        v = t["v_real"].reshape(1, N * L, row.H, row.D)
+        cu = torch.arange(0, N * L + 1, L, device=q.device, dtype=torch.long)
+
+        def fwd():
+            return attn_decoding_one_step(q, k, v, cu_seqlens=cu)[0]
+        try:
+            fwd()
+        except Exception as e:  # noqa: BLE001
+            raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        return fwd
+    return build
+
+
 def vllm_paged(path):
     def build(row, t, fp8):
         if not path:

@@ -205,6 +205,8 @@ def run_serving(args):
         if fp8 is None and row.q_len == 1:
             contenders["cuDNN (contiguous)"] = peers.sdpa_decode("CUDNN_ATTENTION")
             contenders["FA2 (contiguous)"] = peers.sdpa_decode("FLASH_ATTENTION")
+        if op == "decode" and args.fla:
+            contenders["FLA decode"] = peers.fla_decode(args.fla)
         if op == "paged" and args.vllm:
             contenders["vLLM paged"] = lambda r, tt: peers.vllm_paged(args.vllm)(r, tt, fp8)
         for name, build in contenders.items():
