@@ -13,6 +13,8 @@ echo "== C++ build time: $(( $(date +%s) - start )) s"
 
 start=$(date +%s)
 ctest --test-dir build --output-on-failure -j "$jobs"
+# The bounded API fuzz ran above; show its tally (inputs tried, how many valid) as well.
+grep -h "^fuzz: " build/Testing/Temporary/LastTest.log || true
 echo "== C++ test time: $(( $(date +%s) - start )) s"
 
 if [ -f pyproject.toml ]; then
