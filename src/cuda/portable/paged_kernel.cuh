@@ -13,7 +13,8 @@
 // - Fragments come from shared memory with plain 16-byte loads (paged_fragments.cuh): fp16/bf16 and fp8
 //   caches share the code, fp8 converts to bf16 exactly in registers. Per-token K scales multiply score
 //   columns in fp32; per-token V scales multiply probability columns after the row sum, and P * scale goes
-//   through the mma as a bf16 hi + lo pair (two mmas), so it is not rounded to 8 bits (SPEC §6).
+//   through the mma as a bf16 hi + lo pair (two mmas), so it is not rounded to 8 bits (SPEC §6). Without
+//   them (per-tensor scale, none) P is rounded to bf16 once, as on the 16-bit path, and one mma does.
 // - Scores live in the exp2 domain (scale * log2 e folded once); the decode gate term arrives precomputed
 //   per (query head, key) from a suffix-sum pre-kernel (decode_gate.cu).
 // - One split: the CTA writes o. Several: normalised partial o (fp32) and its log2 sum go to the
@@ -364,28 +365,23 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
         }
     }
 
-    // P as the A operand: keys 2c,2c+1 (a0 row g, a1 row g+8) and 8+2c,8+2c+1 (a2, a3). With fp8 the
-    // V scales ride on P and P keeps 16 bits as hi + lo.
+    // P as the A operand: keys 2c,2c+1 (a0 row g, a1 row g+8) and 8+2c,8+2c+1 (a2, a3). Per-token V scales
+    // (fp8) ride on P, and P * scale keeps 16 bits as a bf16 hi + lo pair through two mmas (SPEC §6);
+    // without them P is rounded once, as on the 16-bit path.
     uint32_t pa[4], pa_lo[4];
-    if constexpr (kFp8) {
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        float vs[2] = {1.f, 1.f};
-        if (v_per_token) vs[0] = vscales[wrow + nt * 8 + 2 * c], vs[1] = vscales[wrow + nt * 8 + 2 * c + 1];
+    for (int nt = 0; nt < 2; ++nt) {
+      float vs[2] = {1.f, 1.f};
+      if (v_per_token) vs[0] = vscales[wrow + nt * 8 + 2 * c], vs[1] = vscales[wrow + nt * 8 + 2 * c + 1];
 #pragma unroll
-        for (int rs = 0; rs < 2; ++rs) {
-          const float x0 = s[nt][2 * rs] * vs[0], x1 = s[nt][2 * rs + 1] * vs[1];
-          const __nv_bfloat16 h0 = __float2bfloat16_rn(x0), h1 = __float2bfloat16_rn(x1);
-          const __nv_bfloat162 hi = __halves2bfloat162(h0, h1);
-          pa[2 * nt + rs] = *reinterpret_cast<const uint32_t*>(&hi);
-          pa_lo[2 * nt + rs] = ptx::pack2<__nv_bfloat16>(x0 - __bfloat162float(h0), x1 - __bfloat162float(h1));
+      for (int rs = 0; rs < 2; ++rs) {
+        const float x0 = s[nt][2 * rs] * vs[0], x1 = s[nt][2 * rs + 1] * vs[1];
+        pa[2 * nt + rs] = ptx::pack2<Mma>(x0, x1);
+        if (v_per_token) {
+          const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&pa[2 * nt + rs]);
+          pa_lo[2 * nt + rs] = ptx::pack2<Mma>(x0 - __low2float(hi), x1 - __high2float(hi));
         }
       }
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int rs = 0; rs < 2; ++rs) pa[2 * nt + rs] = ptx::pack2<Mma>(s[nt][2 * rs], s[nt][2 * rs + 1]);
     }
 
     // O += P V over this warp's value dims.
@@ -401,7 +397,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
       for (int t = 0; t < E; ++t) {
         const uint32_t b[2] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v8, v9, t)};
         ptx::mma_16816<Mma>(acc[round * E + t], pa, b);
-        if constexpr (kFp8) ptx::mma_16816<Mma>(acc[round * E + t], pa_lo, b);
+        if (v_per_token) ptx::mma_16816<Mma>(acc[round * E + t], pa_lo, b);
       }
     }
     __syncthreads();  // this stage is free for the loads of the next iteration
