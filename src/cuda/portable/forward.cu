@@ -20,13 +20,13 @@ using cuda::AttentionParams;
 
 struct TileFacts {
   int bm = 0, vb = 0;
-  size_t smem = 0;
+  size_t smem = 0;  // one key/value stage
 };
 
 template <int D>
 TileFacts facts_of() {
   using Tile = typename cuda::ForwardBucket<__nv_bfloat16, D>::Tile;  // fp16 tiles have the same shape
-  return {Tile::BM, Tile::VB, Tile::kSmemBytes};
+  return {Tile::BM, Tile::VB, Tile::smem_bytes(1)};
 }
 
 TileFacts bucket_facts(int D) {
@@ -60,8 +60,7 @@ ForwardPlan plan_forward(const AttentionParams& p) {
   if (p.dtype == DType::f32) return plan;
   plan.bucket = cuda::forward_bucket(p.K, p.V);
   plan.tile = bucket_facts(plan.bucket);
-  constexpr size_t kStaticSmem = 128;  // the kernel's __shared__ work item
-  if (plan.tile.smem + kStaticSmem > max_shared_memory_per_block()) return plan;
+  if (plan.tile.smem + cuda::kForwardStaticSmem > max_shared_memory_per_block()) return plan;
   plan.num_vchunks = static_cast<int>((p.V + plan.tile.vb - 1) / plan.tile.vb);
   const cuda::TileSchedule sched = cuda::make_tile_schedule(p, plan.tile.bm, nullptr);
   if (cuda::forward_grid_items(p, sched, plan.num_vchunks) > cuda::kMaxGridItems) return plan;  // simple kernel loops

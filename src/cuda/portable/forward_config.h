@@ -20,7 +20,7 @@ struct CUstream_st;
 
 namespace flashgate::cuda {
 
-template <class T_, int KB_, int VB_, int WARPS_, int MT_, int BN_>
+template <class T_, int KB_, int VB_, int WARPS_, int MT_, int BN_, int MAX_STAGES_>
 struct ForwardTile {
   using T = T_;
   static constexpr int KB = KB_;        // q/k head dims held (multiple of 64)
@@ -41,21 +41,28 @@ struct ForwardTile {
   static __host__ __device__ constexpr int active_cols(int cols) {
     return (cols + kSkipCols - 1) / kSkipCols * kSkipCols;
   }
-  // Plus the gate prefix sums of the key tile.
-  static constexpr size_t kSmemBytes = (kSmemQ + kSmemK + kSmemV) * sizeof(T) + BN * sizeof(float);
+  // Key/value stages: one K and one V buffer (the FA2 overlap, two barriers per tile), or two of each (tile
+  // n-1 loads during all of tile n, one barrier per tile) where the GPU's shared memory allows and the
+  // bucket has a two-stage kernel (kMaxStages 2: D128's spills, 255 registers without the mid-tile barrier).
+  // Each stage also holds the gate prefix sums of its keys.
+  static constexpr int kMaxStages = MAX_STAGES_;
+  static constexpr int kStageElems = kSmemK + kSmemV;
+  static constexpr size_t smem_bytes(int stages) {
+    return (kSmemQ + stages * kStageElems) * sizeof(T) + stages * BN * sizeof(float);
+  }
   static_assert(VB <= KB && KB % kSkipCols == 0 && VB % kSkipCols == 0 && BN % 16 == 0, "tile shape");
 };
 
 template <class T, int D>
 struct ForwardBucket;
 template <class T>
-struct ForwardBucket<T, 64> { using Tile = ForwardTile<T, 64, 64, 4, 2, 64>; };
+struct ForwardBucket<T, 64> { using Tile = ForwardTile<T, 64, 64, 4, 2, 64, 2>; };
 template <class T>
-struct ForwardBucket<T, 128> { using Tile = ForwardTile<T, 128, 128, 4, 2, 64>; };
+struct ForwardBucket<T, 128> { using Tile = ForwardTile<T, 128, 128, 4, 2, 64, 1>; };
 template <class T>
-struct ForwardBucket<T, 256> { using Tile = ForwardTile<T, 256, 256, 8, 1, 64>; };
+struct ForwardBucket<T, 256> { using Tile = ForwardTile<T, 256, 256, 8, 1, 64, 2>; };
 template <class T>
-struct ForwardBucket<T, 512> { using Tile = ForwardTile<T, 512, 256, 4, 1, 32>; };
+struct ForwardBucket<T, 512> { using Tile = ForwardTile<T, 512, 256, 4, 1, 32, 2>; };
 
 // The bucket serving head dims K and V.
 inline int forward_bucket(int K, int V) {
@@ -71,8 +78,13 @@ inline int64_t forward_grid_items(const AttentionParams& p, const TileSchedule& 
 }
 constexpr int64_t kMaxGridItems = (int64_t{1} << 31) - 1;
 
+// Shared memory the kernel declares statically (its work item), on top of the tile's dynamic bytes.
+constexpr size_t kForwardStaticSmem = 128;
+
 // Launches the mma.sync forward of bucket D on `sched` (tile_rows == the bucket's BM), `num_vchunks`
-// chunks of the bucket's VB value dims. Defined once per (T, D) in forward_instances/.
+// chunks of the bucket's VB value dims. The caller has checked that one stage fits (smem_bytes(1)); the
+// launcher takes two where they fit and keep as many blocks per SM. Defined once per (T, D) in
+// forward_instances/.
 template <class T, int D>
 void launch_forward_bucket(const AttentionParams& p, const TileSchedule& sched, int num_vchunks, CUstream_st* stream);
 

@@ -1,8 +1,9 @@
 // The portable forward (FlashAttention-2 style) for fp16/bf16: a block owns BM query rows of one head (and
 // one V chunk); each warp owns MT 16-row m-tiles. Key tiles stream from the diagonal down to the window's
-// start: while S = Q K^T and the softmax of tile n run, V(n) loads; while O += P V(n) runs, K(n-1) loads
-// (cp.async, the FA2 overlap: one K and one V buffer). Scores live in the exp2 domain, every sum in fp32,
-// P is rounded to the input type only as the MMA operand.
+// start, loaded with cp.async. With two key/value stages tile n-1 loads while all of tile n computes (one
+// barrier per tile); with one (where shared memory is short) the FA2 overlap: V(n) loads during
+// S = Q K^T and the softmax of tile n, K(n-1) during O += P V(n). Scores live in the exp2 domain, every
+// sum in fp32, P is rounded to the input type only as the MMA operand.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,7 +39,7 @@ struct WorkItem {
   KeySpan keys;
 };
 
-template <class Tile>
+template <class Tile, int kStages>
 class ForwardBlock {
   using T = typename Tile::T;
   static constexpr int MT = Tile::MT, BN = Tile::BN, KB = Tile::KB, VB = Tile::VB;
@@ -52,11 +53,11 @@ class ForwardBlock {
         sQ_(reinterpret_cast<T*>(smem)),
         sK_(sQ_ + Tile::kSmemQ),
         sV_(sK_ + Tile::kSmemK),
-        sGk_(reinterpret_cast<float*>(sV_ + Tile::kSmemV)),
-        k_stream_(sK_, p.k.template row<const T>(w.seq.batch, w.seq.start, w.kvh), p.k.token_stride, p.K,
+        sGk_(reinterpret_cast<float*>(sQ_ + Tile::kSmemQ + kStages * Tile::kStageElems)),
+        k_stream_(p.k.template row<const T>(w.seq.batch, w.seq.start, w.kvh), p.k.token_stride, p.K,
                   Tile::active_cols(p.K), threadIdx.x),
-        v_stream_(sV_, p.v.template row<const T>(w.seq.batch, w.seq.start, w.kvh) + w.v0, p.v.token_stride,
-                  w.v_width, Tile::active_cols(w.v_width), threadIdx.x),
+        v_stream_(p.v.template row<const T>(w.seq.batch, w.seq.start, w.kvh) + w.v0, p.v.token_stride, w.v_width,
+                  Tile::active_cols(w.v_width), threadIdx.x),
         gc_(p.has_gate ? p.gc_row(w.seq.batch, w.h) + w.seq.start : nullptr),
         g_ref_(gc_ ? gc_[w.m0] : 0.f),
         tid_(threadIdx.x), lane_(threadIdx.x % 32), warp_row0_((threadIdx.x / 32) * MT * 16),
@@ -74,21 +75,30 @@ class ForwardBlock {
       const int first = w_.keys.begin / BN, last = (w_.keys.end - 1) / BN;
       load_q();
       load_k(last);
+      if (kStages == 2) load_v(last);
       ptx::cp_async_commit();
       for (int n = last; n >= first; --n) {
-        ptx::cp_async_wait<0>();
-        __syncthreads();  // K(n) visible to all; every warp is done with V(n+1)
-        load_v(n);
-        ptx::cp_async_commit();
         float s[MT][kNT][4];
-        scores(s);
         uint32_t pa[MT][BN / 16][4];
-        softmax(s, n * BN, rows, o, pa);
         ptx::cp_async_wait<0>();
-        __syncthreads();  // V(n) visible to all; every warp is done with K(n)
-        if (n > first) load_k(n - 1);
-        ptx::cp_async_commit();
-        accumulate_pv(pa, o);
+        if (kStages == 2) {
+          __syncthreads();  // tile n visible to all; every warp is done with tile n+1, whose stage takes n-1
+          if (n > first) load_k(n - 1), load_v(n - 1);
+          ptx::cp_async_commit();
+          scores(s, n);
+          softmax(s, n, rows, o, pa);
+        } else {
+          __syncthreads();  // K(n) visible to all; every warp is done with V(n+1)
+          load_v(n);
+          ptx::cp_async_commit();
+          scores(s, n);
+          softmax(s, n, rows, o, pa);
+          ptx::cp_async_wait<0>();
+          __syncthreads();  // V(n) visible to all; every warp is done with K(n)
+          if (n > first) load_k(n - 1);
+          ptx::cp_async_commit();
+        }
+        accumulate_pv(pa, o, n);
       }
     }
     epilogue(rows, o);
@@ -102,27 +112,33 @@ class ForwardBlock {
                                                                k_active_, tid_);
   }
 
+  // Key tile n lives in stage n % kStages (n >= 0).
+  static __device__ __forceinline__ int stage_of(int n) { return kStages == 1 ? 0 : n % kStages; }
+  __device__ __forceinline__ T* k_tile(int n) const { return sK_ + stage_of(n) * Tile::kStageElems; }
+  __device__ __forceinline__ T* v_tile(int n) const { return sV_ + stage_of(n) * Tile::kStageElems; }
+  __device__ __forceinline__ float* gk_tile(int n) const { return sGk_ + stage_of(n) * BN; }
+
   // Key rows count from the sequence's first key (64-bit pointer steps: tensors may exceed 2^31 elements).
   __device__ __forceinline__ void load_k(int n) {
     const int n0 = n * BN;
-    k_stream_.load(n0, w_.seq.len - n0);
+    k_stream_.load(k_tile(n), n0, w_.seq.len - n0);
     if (gc_ && tid_ < BN) {
       const bool valid = n0 + tid_ < w_.seq.len;
-      ptx::cp_async_4(sGk_ + tid_, gc_ + (valid ? n0 + tid_ : 0), valid ? 4 : 0);
+      ptx::cp_async_4(gk_tile(n) + tid_, gc_ + (valid ? n0 + tid_ : 0), valid ? 4 : 0);
     }
   }
 
-  __device__ __forceinline__ void load_v(int n) { v_stream_.load(n * BN, w_.seq.len - n * BN); }
+  __device__ __forceinline__ void load_v(int n) { v_stream_.load(v_tile(n), n * BN, w_.seq.len - n * BN); }
 
   // ---- S = Q K^T ----------------------------------------------------------------------------------------
-  __device__ __forceinline__ void scores(float (&s)[MT][kNT][4]) const {
+  __device__ __forceinline__ void scores(float (&s)[MT][kNT][4], int n) const {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int j = 0; j < kNT; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
     // ldmatrix row addresses: A (Q) rows lane%16, column half lane/16; B (K) keys of matrix lane/8.
     const T* q_base = sQ_ + (warp_row0_ + lane_ % 16) * Tile::kQStride + (lane_ / 16) * 8;
-    const T* k_base = sK_ + ((lane_ / 16) * 8 + lane_ % 8) * Tile::kKStride + ((lane_ / 8) % 2) * 8;
+    const T* k_base = k_tile(n) + ((lane_ / 16) * 8 + lane_ % 8) * Tile::kKStride + ((lane_ / 8) % 2) * 8;
 #pragma unroll
     for (int kc = 0; kc < KB / Tile::kSkipCols; ++kc) {
       if (kc > 0 && kc * Tile::kSkipCols >= k_active_) continue;  // uniform; must stay unrolled (no break)
@@ -150,10 +166,11 @@ class ForwardBlock {
   // Scores reach exp2 as fmaf(s, exp_scale(), -row max). Without a gate and with a positive scale (the usual
   // case) s stays the raw dot product: the row max commutes with the scale, so the scale costs nothing
   // beyond that FMA. Otherwise a pre-pass moves s into the exp2 domain first and exp_scale() is 1.
-  __device__ __forceinline__ void softmax(float (&s)[MT][kNT][4], int n0,
+  __device__ __forceinline__ void softmax(float (&s)[MT][kNT][4], int n,
                                           SoftmaxRow (&rows)[MT][2], float (&o)[MT][kVT][4],
                                           uint32_t (&pa)[MT][BN / 16][4]) const {
-    if (prescaled()) to_log2_scores(s);
+    const int n0 = n * BN;
+    if (prescaled()) to_log2_scores(s, gk_tile(n));
     // Per-element masking only where the tile needs it: diagonal, window edge, sequence end (uniform test).
     if (block_needs_mask(w_.m0, w_.m0 + Tile::BM, n0, n0 + BN, w_.seq.len, p_.window)) mask_hidden(s, n0);
     const float exp_scale = prescaled() ? 1.f : p_.scale_log2;
@@ -206,13 +223,13 @@ class ForwardBlock {
   // row part Gc[i] - g_ref is a per-row constant that cancels in P and is added to the row max only at the
   // end (epilogue). Both parts stay small where P matters, so fp32 keeps their precision, and the loop
   // holds no per-row gate registers.
-  __device__ __forceinline__ void to_log2_scores(float (&s)[MT][kNT][4]) const {
+  __device__ __forceinline__ void to_log2_scores(float (&s)[MT][kNT][4], const float* gk) const {
 #pragma unroll
     for (int j = 0; j < kNT; ++j)
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
         const int col = j * 8 + (lane_ % 4) * 2 + e2;
-        const float gk2 = gc_ ? (sGk_[col] - g_ref_) * kLog2e : 0.f;
+        const float gk2 = gc_ ? (gk[col] - g_ref_) * kLog2e : 0.f;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -238,8 +255,9 @@ class ForwardBlock {
   }
 
   // ---- O += P V ---------------------------------------------------------------------------------------------
-  __device__ __forceinline__ void accumulate_pv(const uint32_t (&pa)[MT][BN / 16][4], float (&o)[MT][kVT][4]) const {
-    const T* v_base = sV_ + (lane_ % 16) * Tile::kVStride + (lane_ / 16) * 8;
+  __device__ __forceinline__ void accumulate_pv(const uint32_t (&pa)[MT][BN / 16][4], float (&o)[MT][kVT][4],
+                                                int n) const {
+    const T* v_base = v_tile(n) + (lane_ % 16) * Tile::kVStride + (lane_ / 16) * 8;
 #pragma unroll
     for (int vc = 0; vc < VB / Tile::kSkipCols; ++vc) {
       if (vc > 0 && vc * Tile::kSkipCols >= v_active_) continue;
@@ -291,9 +309,9 @@ class ForwardBlock {
   const AttentionParams& p_;
   const WorkItem& w_;
   T* const sQ_;
-  T* const sK_;
-  T* const sV_;
-  float* const sGk_;  // Gc of the key tile's keys (with a gate)
+  T* const sK_;       // stage 0's K tile (stage s at + s * kStageElems)
+  T* const sV_;       // stage 0's V tile
+  float* const sGk_;  // stage 0's Gc of the key tile's keys (with a gate; stage s at + s * BN)
   const TileStream<T, BN, KB, Tile::kKStride, Tile::kThreads> k_stream_;
   const TileStream<T, BN, VB, Tile::kVStride, Tile::kThreads> v_stream_;
   const float* const gc_;
@@ -305,7 +323,7 @@ class ForwardBlock {
 // One block per work item (query tile x head x V chunk), heaviest first: the last query tiles of every
 // sequence, heads innermost (GQA neighbours share K/V in L2). The host keeps the item count within the
 // grid's x limit (2^31 - 1).
-template <class Tile>
+template <class Tile, int kStages>
 __global__ void __launch_bounds__(Tile::kThreads)
     forward_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ TileSchedule sched,
                    const int num_vchunks) {
@@ -329,7 +347,26 @@ __global__ void __launch_bounds__(Tile::kThreads)
   w.keys = keys_seen_by_rows(w.m0, w.m0 + w.rows, w.seq.len, p.window);
   if (threadIdx.x == 0) item = w;
   __syncthreads();
-  ForwardBlock<Tile>(p, item, smem).run();
+  ForwardBlock<Tile, kStages>(p, item, smem).run();
+}
+
+}  // namespace forward_detail
+
+namespace forward_detail {
+
+// Two key/value stages when they fit in a block and keep as many blocks per SM as one stage (on the H200
+// D64 and D128 stay at their register-bound 2 blocks; the A100's 164 KB per SM would halve D128's).
+inline bool two_stages_pay(const void* one, size_t smem_one, const void* two, size_t smem_two, int threads) {
+  int device = 0, max_block = 0;
+  FLASHGATE_CUDA_CHECK(cudaGetDevice(&device));
+  FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&max_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (smem_two + kForwardStaticSmem > static_cast<size_t>(max_block)) return false;
+  FLASHGATE_CUDA_CHECK(
+      cudaFuncSetAttribute(two, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_two)));
+  int blocks_one = 0, blocks_two = 0;
+  FLASHGATE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_one, one, threads, smem_one));
+  FLASHGATE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_two, two, threads, smem_two));
+  return blocks_two >= blocks_one;
 }
 
 }  // namespace forward_detail
@@ -337,12 +374,21 @@ __global__ void __launch_bounds__(Tile::kThreads)
 template <class T, int D>
 void launch_forward_bucket(const AttentionParams& p, const TileSchedule& sched, int num_vchunks, CUstream_st* stream) {
   using Tile = typename ForwardBucket<T, D>::Tile;
-  const auto kernel = forward_detail::forward_kernel<Tile>;
-  FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(Tile::kSmemBytes)));
   const int64_t items = forward_grid_items(p, sched, num_vchunks);
   if (items == 0) return;
-  kernel<<<static_cast<unsigned>(items), Tile::kThreads, Tile::kSmemBytes, stream>>>(p, sched, num_vchunks);
+  const auto one = forward_detail::forward_kernel<Tile, 1>;
+  FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(one, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(Tile::smem_bytes(1))));
+  if constexpr (Tile::kMaxStages == 2) {
+    const auto two = forward_detail::forward_kernel<Tile, 2>;
+    if (forward_detail::two_stages_pay(reinterpret_cast<const void*>(one), Tile::smem_bytes(1),
+                                       reinterpret_cast<const void*>(two), Tile::smem_bytes(2), Tile::kThreads)) {
+      two<<<static_cast<unsigned>(items), Tile::kThreads, Tile::smem_bytes(2), stream>>>(p, sched, num_vchunks);
+      FLASHGATE_CHECK_LAUNCH("forward_kernel");
+      return;
+    }
+  }
+  one<<<static_cast<unsigned>(items), Tile::kThreads, Tile::smem_bytes(1), stream>>>(p, sched, num_vchunks);
   FLASHGATE_CHECK_LAUNCH("forward_kernel");
 }
 
