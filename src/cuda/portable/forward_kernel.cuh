@@ -233,7 +233,10 @@ class ForwardBlock {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int half = 0; half < 2; ++half) s[mt][j][2 * half + e2] = fmaf(s[mt][j][2 * half + e2], p_.scale_log2, -gk2);
+          for (int half = 0; half < 2; ++half) {
+            float& x = s[mt][j][2 * half + e2];
+            x = fmaf(x, p_.scale_log2, -gk2);
+          }
       }
   }
 

@@ -42,7 +42,8 @@ class TileStream {
     const int64_t step = kRowStep * row_stride_;
     if (valid_rows >= ROWS) {
 #pragma unroll
-      for (int it = 0; it < ROWS / kRowStep; ++it) ptx::cp_async_16(dst + it * kRowStep * SMEM_STRIDE, src + it * step, bytes_);
+      for (int it = 0; it < ROWS / kRowStep; ++it)
+        ptx::cp_async_16(dst + it * kRowStep * SMEM_STRIDE, src + it * step, bytes_);
     } else {
       const T* first = chunk_ + r0 * row_stride_;  // row r0 exists: a safe address for rows that read nothing
 #pragma unroll
