@@ -1,10 +1,10 @@
 // The key-major backward kernel (dK, dV; in default mode also dQ and E through atomics). One CTA of 8 warps
 // per (key tile of kBc keys, kv head, head part, column slice); see backward.h for the design.
 //
-// Warp layouts (8 warps):
-//   scores  S, dP, P, dS  [kBr x kBc]:       SM = kBr/16 warp rows x SN = 8/SM warp columns
-//   dK, dV  [kBc x kSliceKV] accumulators:   WN = kBc/16 warp rows x WD = 8/WN warp columns
-//   dQ      [kBr x kSliceKV] (transient):     QM = kBr/16 warp rows x QD = 8/QM warp columns, 64-column chunks
+// Warp layouts (8 warps, TileConfig): each warp owns a block of MS/MK/MQ m16 tiles by NT/NTD/QW columns of
+//   scores  S, dP, P, dS  [kBr x kBc]:       SM warp rows (MS tiles each) x SN = 8/SM warp columns (NT n8 tiles)
+//   dK, dV  [kBc x kSliceKV] accumulators:   WN warp rows (MK tiles)      x WD = 8/WN warp columns (NTD tiles)
+//   dQ      [kBr x kSliceKV] (transient):     QM warp rows (MQ tiles)      x QD = 8/QM warp columns, QCH-column chunks
 #pragma once
 
 #include "cuda/common/cuda_check.h"
@@ -16,25 +16,65 @@
 
 namespace flashgate::cuda::bwd {
 
+// A step's row and column terms from its shared copy (lse[kBr] | D[kBr] | Gc of the rows [kBr] | Gc of the
+// key columns), the same values load_row_terms / load_col_terms read from global memory.
+template <int MT, int kBr>
+__device__ __forceinline__ RowTerms<MT> row_terms_of(const float* terms, bool has_gate, int r_first, int i_first,
+                                                     int len) {
+  RowTerms<MT> rt;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      const int r = r_first + 16 * mt + 8 * hi;
+      rt.term[mt][hi] = -INFINITY;
+      rt.d[mt][hi] = 0.f;
+      if (i_first + 16 * mt + 8 * hi < len) {
+        const float lse = terms[r];
+        if (lse != -INFINITY) rt.term[mt][hi] = ((has_gate ? terms[2 * kBr + r] : 0.f) - lse) * kLog2e;
+        rt.d[mt][hi] = terms[kBr + r];
+      }
+    }
+  return rt;
+}
+
+template <int NT>
+__device__ __forceinline__ void col_terms_of(float (&col)[NT][2], const float* col_gc, bool has_gate, int c_first) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int lo = 0; lo < 2; ++lo) col[nt][lo] = has_gate ? col_gc[c_first + nt * 8 + lo] * kLog2e : 0.f;
+}
+
 template <class T, int kD>
 __global__ void __launch_bounds__(kMmaThreads, 1)
     dkdv_kernel(BackwardParams p, TileSchedule key_tiles, int slices, int stages, bool with_dq) {
   using C = TileConfig<kD>;
   constexpr int kBc = C::kBc, kBr = C::kBr, kSlice = C::kSliceKV;
   constexpr int LD = kD + 8, LDP = kBc + 8;
-  constexpr int SM = kBr / 16, SN = 8 / SM, NT = kBc / SN / 8;
-  constexpr int WN = kBc / 16, WD = 8 / WN, NTD = kSlice / WD / 8;
-  constexpr int QM = kBr / 16, QD = 8 / QM, QW = kSlice / QD, QCH = QW < 64 ? QW : 64;
-  static_assert(SM * SN == 8 && WN * WD == 8 && QM * QD == 8 && NTD % 2 == 0 && QW % QCH == 0, "8 warps");
+  constexpr int SM = C::kScoreWarpRows, SN = 8 / SM, MS = kBr / SM / 16, NT = kBc / SN / 8;
+  constexpr int WN = C::kKvWarpRows, WD = 8 / WN, MK = kBc / WN / 16, NTD = kSlice / WD / 8;
+  constexpr int QM = C::kDqWarpRows, QD = 8 / QM, MQ = kBr / QM / 16, QW = kSlice / QD;
+  constexpr int QCH = QW < C::kDqChunk ? QW : C::kDqChunk;
+  constexpr int kPasses = C::kScorePasses, NPS = NT / kPasses;
+  static_assert(SM * SN == 8 && WN * WD == 8 && QM * QD == 8, "8 warps");
+  static_assert(MS * SM * 16 == kBr && NT * SN * 8 == kBc && MK * WN * 16 == kBc && NTD * WD * 8 == kSlice &&
+                    MQ * QM * 16 == kBr && NPS * kPasses == NT && NTD % 2 == 0 && QW % QCH == 0 && QCH % 16 == 0,
+                "warp tiles cover the products");
 
-  // Shared memory: K, V | stages x (Q, dO) | P, dS | column-sum partials [SM][kBc] (see dkdv_smem_bytes).
+  // Shared memory: K, V | P, dS | column-sum partials [SM][kBc] | stages x (Q, dO, step terms) (see
+  // dkdv_smem_bytes); the per-stage buffers last, so only they move with the runtime stage count.
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int kStepTerms = 3 * kBr + kBc;                  // lse, D, row Gc [kBr] each | column Gc [kBc]
+  constexpr int kStageBytes = 2 * kBr * LD * 2 + kStepTerms * 4;  // Q, dO, terms
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + kBc * LD;
-  T* sQdO = sV + kBc * LD;  // stage s: Q at sQdO + s * 2*kBr*LD, dO right after it
-  T* sP = sQdO + stages * 2 * kBr * LD;
+  T* sP = sV + kBc * LD;
   T* sdS = sP + kBr * LDP;
-  float* sRed = reinterpret_cast<float*>(sdS + kBr * LDP);
+  float* sColsum = reinterpret_cast<float*>(sdS + kBr * LDP);
+  unsigned char* sStages = reinterpret_cast<unsigned char*>(sColsum + SM * kBc);
+  auto stage_q = [&](int stage) { return reinterpret_cast<T*>(sStages + stage * kStageBytes); };  // dO follows
+  auto stage_terms = [&](int stage) { return reinterpret_cast<float*>(sStages + stage * kStageBytes + 2 * kBr * LD * 2); };
 
   const AttentionParams& a = p.a;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
@@ -61,13 +101,17 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
                                          a.V, p.V16, tid);
   ptx::cp_async_commit();
 
-  const int sm = warp / SN, sn = warp % SN;  // score block of this warp: rows sm*16.., columns sn*NT*8..
-  const int wn = warp / WD, wd = warp % WD;  // dK/dV block: keys wn*16.., columns col0 + wd*NTD*8..
-  const int qm = warp / QD, qd = warp % QD;  // dQ block: rows qm*16.., columns col0 + qd*QW..
-  const int s_m0 = sm * 16, s_n0 = sn * NT * 8;
-  const int kv_n0 = col0 + wd * NTD * 8;
+  const int sm = warp / SN, sn = warp % SN;  // score block of this warp: rows s_m0.., columns s_n0..
+  const int wn = warp / WD, wd = warp % WD;  // dK/dV block: keys kv_m0.., columns kv_n0..
+  const int qm = warp / QD, qd = warp % QD;  // dQ block: rows q_m0.., columns col0 + qd*QW..
+  const int s_m0 = sm * MS * 16, s_n0 = sn * NT * 8;
+  const int kv_m0 = wn * MK * 16, kv_n0 = col0 + wd * NTD * 8;
+  const int q_m0 = qm * MQ * 16;
 
-  // The loop runs over (query head of this part, query tile) steps; Q/dO of step `it` live in stage it % stages.
+  // The loop runs over (query head of this part, query tile) steps; Q/dO of step `it` live in stage it % stages,
+  // next to the step's row terms (lse, D, Gc of its rows) and the Gc of the key columns. The terms travel
+  // through shared memory with the tiles, so they cost no registers across the GEMMs (the dK/dV
+  // accumulators and S/dP take nearly all of them) and no global-load latency after them.
   const KeySpan rows = rows_seeing_keys(j0, j0 + kBc, len, a.window);
   const int tiles_per_head = rows.empty() ? 0 : (rows.end - rows.begin + kBr - 1) / kBr;
   const int heads_per_part = static_cast<int>(a.group / p.head_parts);
@@ -76,31 +120,35 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   auto load_step = [&](int it, int stage) {
     const int64_t h = h_first + it / tiles_per_head;
     const int i0 = rows.begin + (it % tiles_per_head) * kBr;
-    T* q_dst = sQdO + stage * 2 * kBr * LD;
+    T* q_dst = stage_q(stage);
     load_tile<T, kBr, kD, LD, kMmaThreads>(q_dst, a.q.row<T>(seq.batch, seq.start + i0, h), a.q.token_stride,
                                            len - i0, a.K, p.K16, tid);
     load_tile<T, kBr, kD, LD, kMmaThreads>(q_dst + kBr * LD, p.dout.row<T>(seq.batch, seq.start + i0, h),
                                            p.dout.token_stride, len - i0, a.V, p.V16, tid);
+    // Terms: lse[kBr] | D[kBr] | Gc of the rows [kBr] | Gc of the key columns [kBc]; zero past len.
+    const int64_t base = p.row_index(seq.batch, h, seq.start);
+    const float* gc = a.has_gate ? a.gc_row(seq.batch, h) + seq.start : nullptr;
+    float* t_dst = stage_terms(stage);
+    for (int e = tid; e < (gc ? kStepTerms : 2 * kBr); e += kMmaThreads) {
+      const int part_of = e / kBr, r = e - part_of * kBr;  // part 3 (columns) spans kBc entries
+      const int pos = part_of < 3 ? i0 + r : j0 + (e - 3 * kBr);
+      const float* src = part_of == 0 ? p.lse + base : part_of == 1 ? p.D + base : gc;
+      const bool ok = pos < len;
+      ptx::cp_async_4(t_dst + e, ok ? src + pos : p.lse, ok ? 4u : 0u);
+    }
     ptx::cp_async_commit();
   };
   if (stages == 2 && steps > 0) load_step(0, 0);
 
-  float dk[NTD][4], dv[NTD][4];
+  float dk[MK][NTD][4], dv[MK][NTD][4];
   zero(dk);
   zero(dv);
-  float col_terms[NT][2], colsum[NT][2];
 
   for (int it = 0; it < steps; ++it) {
     const int64_t h = h_first + it / tiles_per_head;
     const int i0 = rows.begin + (it % tiles_per_head) * kBr;
-    const float* gc = a.has_gate ? a.gc_row(seq.batch, h) + seq.start : nullptr;
+    const bool head_begins = it % tiles_per_head == 0, head_ends = it % tiles_per_head == tiles_per_head - 1;
     const int64_t base = p.row_index(seq.batch, h, seq.start);
-    if (it % tiles_per_head == 0) {  // a new query head
-      load_col_terms(col_terms, gc, j0 + s_n0 + 2 * c, len);
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) colsum[nt][0] = colsum[nt][1] = 0.f;
-    }
-    const RowTerms rt = load_row_terms(p, base, gc, i0 + s_m0 + g, len);
 
     __syncthreads();  // the previous step's readers of its Q/dO stage and of sP, sdS are done
     const int stage = stages == 2 ? it % 2 : 0;
@@ -114,84 +162,97 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       ptx::cp_async_wait<0>();
     }
     __syncthreads();
-    const T* sQ = sQdO + stage * 2 * kBr * LD;
+    const T* sQ = stage_q(stage);
     const T* sdO = sQ + kBr * LD;
+    const float* terms = stage_terms(stage);
 
-    float s[NT][4], dp[NT][4];
-    gemm_abt<T, NT>(s, sQ, sK, LD, s_m0, s_n0, p.K16 / 16, lane);
-    gemm_abt<T, NT>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
+    // dP, then S in kScorePasses column passes, each turned into P (stored) and dS at once: a pass's S
+    // accumulators are all that is live next to dP's, which keeps the wide buckets within 255 registers.
+    float dp[MS][NT][4];
+    gemm_abt<T, MS, NT>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
+    const RowTerms<MS> rt = row_terms_of<MS, kBr>(terms, a.has_gate, s_m0 + g, i0 + s_m0 + g, len);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
-    RowSums sums;
-    probs_and_grads(s, dp, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window, sums);
+    RowSums<MS> sums;
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int n0 = s_n0 + pass * NPS * 8;
+      float s[MS][NPS][4];
+      gemm_abt<T, MS, NPS>(s, sQ, sK, LD, s_m0, n0, p.K16 / 16, lane);
+      float col_terms[NPS][2];
+      col_terms_of(col_terms, terms + 3 * kBr, a.has_gate, n0 + 2 * c);
+      probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + n0 + 2 * c, len, a.window);
+      grads(dp, s, pass * NPS, rt, sums);
+      store_fragment<T, MS, NPS>(sP, LDP, s, s_m0, n0, lane);
+    }
     if (with_dq && p.need_E && first_slice) {
 #pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {
-        const float e = quad_sum(sums.e[hi]);
-        const float mass = a.has_gate ? quad_sum(sums.mass[hi]) : 0.f;
-        const int i = i0 + s_m0 + g + 8 * hi;
-        if (c == 0 && i < len) {
-          atomicAdd(&p.E[base + i], e);
-          if (a.has_gate) atomicAdd(&p.mass[base + i], mass);
-        }
-      }
-    }
-    if (a.has_gate) {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        colsum[nt][0] += dp[nt][0] + dp[nt][2];
-        colsum[nt][1] += dp[nt][1] + dp[nt][3];
-      }
-    }
-    store_fragment<T, NT>(sP, LDP, s, s_m0, s_n0, lane);
-    store_fragment<T, NT>(sdS, LDP, dp, s_m0, s_n0, lane);
-    __syncthreads();
-
-    gemm_atb<T, NTD, kBr>(dv, sP, LDP, sdO, LD, wn * 16, kv_n0, p.V16, lane);
-    gemm_atb<T, NTD, kBr>(dk, sdS, LDP, sQ, LD, wn * 16, kv_n0, p.K16, lane);
-
-    if (with_dq) {
-      // dQ[i0.., slice] += dS K: 64-column chunks, straight into the fp32 accumulator.
-#pragma unroll
-      for (int ch = 0; ch < QW / QCH; ++ch) {
-        const int n0 = col0 + qd * QW + ch * QCH;
-        if (n0 >= p.K16) break;
-        float acc[QCH / 8][4];
-        zero(acc);
-        gemm_ab<T, QCH / 8, kBc>(acc, sdS, LDP, sK, LD, qm * 16, n0, p.K16, lane);
+      for (int mt = 0; mt < MS; ++mt)
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
-          const int i = i0 + qm * 16 + g + 8 * hi;
-          if (i >= len) continue;
-          float* row = p.dq_acc + (base + i) * p.K16;
-#pragma unroll
-          for (int nt = 0; nt < QCH / 8; ++nt) {
-            const int col = n0 + nt * 8 + 2 * c;
-            if (col < p.K16) atomic_add_pair(row + col, acc[nt][2 * hi], acc[nt][2 * hi + 1]);
+          const float e = quad_sum(sums.e[mt][hi]);
+          const float mass = a.has_gate ? quad_sum(sums.mass[mt][hi]) : 0.f;
+          const int i = i0 + s_m0 + mt * 16 + g + 8 * hi;
+          if (c == 0 && i < len) {
+            atomicAdd(&p.E[base + i], e);
+            if (a.has_gate) atomicAdd(&p.mass[base + i], mass);
           }
         }
-      }
     }
-
-    if (a.has_gate && first_slice && it % tiles_per_head == tiles_per_head - 1) {
-      // The head's column sums of dS over every row that sees the keys: over the 8 row groups of the warp,
-      // then over the SM warps of a column block, in a fixed order.
+    if (a.has_gate && first_slice) {
+      // The head's column sums of dS: this step's rows of the warp (its MS tiles, then its 8 row groups)
+      // added to the warp's own slots sColsum[sm][its columns]; lane g == 0 owns them, so the order is fixed.
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int lo = 0; lo < 2; ++lo) {
-          float v = colsum[nt][lo];
+          float v = 0.f;
+#pragma unroll
+          for (int mt = 0; mt < MS; ++mt) v += dp[mt][nt][lo] + dp[mt][nt][2 + lo];
           v += __shfl_xor_sync(0xffffffffu, v, 4);
           v += __shfl_xor_sync(0xffffffffu, v, 8);
           v += __shfl_xor_sync(0xffffffffu, v, 16);
-          if (g == 0) sRed[sm * kBc + s_n0 + nt * 8 + 2 * c + lo] = v;
+          float& slot = sColsum[sm * kBc + s_n0 + nt * 8 + 2 * c + lo];
+          if (g == 0) slot = head_begins ? v : slot + v;
         }
-      __syncthreads();
+    }
+    store_fragment<T, MS, NT>(sdS, LDP, dp, s_m0, s_n0, lane);
+    __syncthreads();
+
+    gemm_atb<T, MK, NTD, kBr>(dv, sP, LDP, sdO, LD, kv_m0, kv_n0, p.V16, lane);
+    gemm_atb<T, MK, NTD, kBr>(dk, sdS, LDP, sQ, LD, kv_m0, kv_n0, p.K16, lane);
+
+    if (with_dq) {
+      // dQ[i0.., slice] += dS K: QCH-column chunks (bounded registers), straight into the fp32 accumulator.
+#pragma unroll
+      for (int ch = 0; ch < QW / QCH; ++ch) {
+        const int n0 = col0 + qd * QW + ch * QCH;
+        if (n0 >= p.K16) break;
+        float acc[MQ][QCH / 8][4];
+        zero(acc);
+        gemm_ab<T, MQ, QCH / 8, kBc>(acc, sdS, LDP, sK, LD, q_m0, n0, p.K16, lane);
+        float* out = p.dq_acc + (base + i0 + q_m0 + g) * p.K16 + n0 + 2 * c;  // row g, column pair c
+#pragma unroll
+        for (int mt = 0; mt < MQ; ++mt)
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            if (i0 + q_m0 + mt * 16 + g + 8 * hi >= len) continue;
+            float* row = out + (mt * 16 + 8 * hi) * p.K16;
+#pragma unroll
+            for (int nt = 0; nt < QCH / 8; ++nt)
+              if (n0 + nt * 8 < p.K16) atomic_add_pair(row + nt * 8, acc[mt][nt][2 * hi], acc[mt][nt][2 * hi + 1]);
+          }
+      }
+    }
+
+    if (a.has_gate && first_slice && head_ends) {
+      // The head's column sums over every row that sees the keys: the SM warp-row partials in a fixed order.
+      // The last step's slots were written before this step's __syncthreads above.
       for (int col = tid; col < kBc; col += kMmaThreads) {
         float v = 0.f;
-        for (int w = 0; w < SM; ++w) v += sRed[w * kBc + col];
+        for (int w = 0; w < SM; ++w) v += sColsum[w * kBc + col];
         if (j0 + col < len) p.colsum[base + j0 + col] = v;
       }
-      // sRed is next written after at least one more __syncthreads (the next step's first).
+      // sColsum is next written after at least one more __syncthreads (the next step's first).
     }
   }
   ptx::cp_async_wait<0>();  // K/V copies are still in flight when no query row sees these keys
@@ -209,16 +270,16 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const int valid_keys = len - j0;
   if (p.head_parts == 1) {
     const int64_t t0 = seq.start + j0;
-    store_fragment_global<T, NTD>([&](int r) { return p.dk.row<T>(seq.batch, t0 + r, hk); }, dk, a.scale, wn * 16,
-                                  kv_n0, valid_keys, a.K, p.dk_width, lane);
-    store_fragment_global<T, NTD>([&](int r) { return p.dv.row<T>(seq.batch, t0 + r, hk); }, dv, 1.f, wn * 16,
-                                  kv_n0, valid_keys, a.V, p.dv_width, lane);
+    store_fragment_global<T, MK, NTD>([&](int r) { return p.dk.row<T>(seq.batch, t0 + r, hk); }, dk, a.scale,
+                                      kv_m0, kv_n0, valid_keys, a.K, p.dk_width, lane);
+    store_fragment_global<T, MK, NTD>([&](int r) { return p.dv.row<T>(seq.batch, t0 + r, hk); }, dv, 1.f, kv_m0,
+                                      kv_n0, valid_keys, a.V, p.dv_width, lane);
   } else {
     const int64_t krow = p.kv_row_index(part, seq.batch, hk, seq.start + j0);
-    store_fragment_global<float, NTD>([&](int r) { return p.dk_part + (krow + r) * p.K16; }, dk, a.scale, wn * 16,
-                                      kv_n0, valid_keys, p.K16, 16, lane);
-    store_fragment_global<float, NTD>([&](int r) { return p.dv_part + (krow + r) * p.V16; }, dv, 1.f, wn * 16,
-                                      kv_n0, valid_keys, p.V16, 16, lane);
+    store_fragment_global<float, MK, NTD>([&](int r) { return p.dk_part + (krow + r) * p.K16; }, dk, a.scale,
+                                          kv_m0, kv_n0, valid_keys, p.K16, 16, lane);
+    store_fragment_global<float, MK, NTD>([&](int r) { return p.dv_part + (krow + r) * p.V16; }, dv, 1.f, kv_m0,
+                                          kv_n0, valid_keys, p.V16, 16, lane);
   }
 }
 

@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
 
   const float* gc = a.has_gate ? a.gc_row(seq.batch, h) + seq.start : nullptr;
   const int64_t base = p.row_index(seq.batch, h, seq.start);
-  const RowTerms rt = load_row_terms(p, base, gc, i0 + s_m0 + g, len);
+  const RowTerms<1> rt = load_row_terms<1>(p, base, gc, i0 + s_m0 + g, len);
 
   // Key tiles the rows see, in ascending order; K/V of step `it` live in stage it % stages.
   const KeySpan keys = keys_seen_by_rows(i0, i0 + kBr, len, a.window);
@@ -79,9 +79,9 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
   };
   if (stages == 2 && steps > 0) load_step(0, 0);
 
-  float dq[NTQ][4];
+  float dq[1][NTQ][4];  // one m16 tile of rows per warp
   zero(dq);
-  RowSums sums;
+  RowSums<1> sums;
 
   for (int it = 0; it < steps; ++it) {
     const int j0 = keys.begin + it * kBc;
@@ -103,15 +103,16 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
     const T* sK = sKV + stage * 2 * kBc * LD;
     const T* sV = sK + kBc * LD;
 
-    float s[NT][4], dp[NT][4];
-    gemm_abt<T, NT>(s, sQ, sK, LD, s_m0, s_n0, p.K16 / 16, lane);
-    gemm_abt<T, NT>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
+    float s[1][NT][4], dp[1][NT][4];
+    gemm_abt<T, 1, NT>(s, sQ, sK, LD, s_m0, s_n0, p.K16 / 16, lane);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
-    probs_and_grads(s, dp, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window, sums);
-    store_fragment<T, NT>(sdS, LDS, dp, s_m0, s_n0, lane);
+    probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window);
+    gemm_abt<T, 1, NT>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
+    grads(dp, s, 0, rt, sums);
+    store_fragment<T, 1, NT>(sdS, LDS, dp, s_m0, s_n0, lane);
     __syncthreads();
 
-    gemm_ab<T, NTQ, kBc>(dq, sdS, LDS, sK, LD, qm * 16, q_n0, p.K16, lane);
+    gemm_ab<T, 1, NTQ, kBc>(dq, sdS, LDS, sK, LD, qm * 16, q_n0, p.K16, lane);
   }
   ptx::cp_async_wait<0>();  // Q/dO copies are still in flight when the rows see no key
 
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
       __syncthreads();  // sRed is free
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
-        const float sum = quad_sum(pass == 0 ? sums.e[hi] : sums.mass[hi]);
+        const float sum = quad_sum(pass == 0 ? sums.e[0][hi] : sums.mass[0][hi]);
         if (c == 0) sRed[sn * kBr + s_m0 + g + 8 * hi] = sum;
       }
       __syncthreads();
@@ -135,8 +136,8 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
   }
 
   const int64_t t0 = seq.start + i0;
-  store_fragment_global<T, NTQ>([&](int r) { return p.dq.row<T>(seq.batch, t0 + r, h); }, dq, a.scale, qm * 16, q_n0,
-                                len - i0, a.K, p.dq_width, lane);
+  store_fragment_global<T, 1, NTQ>([&](int r) { return p.dq.row<T>(seq.batch, t0 + r, h); }, dq, a.scale, qm * 16,
+                                   q_n0, len - i0, a.K, p.dq_width, lane);
 }
 
 template <class T, int kD>

@@ -72,96 +72,115 @@ __device__ __forceinline__ void zero(float (&x)[N][4]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.f;
 }
+template <int M, int N>
+__device__ __forceinline__ void zero(float (&x)[M][N][4]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m) zero(x[m]);
+}
 
 // ---- warp GEMMs -----------------------------------------------------------------------------------------
+// A warp computes MT x NT fragments (MT m16 tiles from row m0, NT n8 tiles from column n0). Per k-step it
+// fetches the MT A fragments once and each B pair once, then issues MT * 2 independent MMAs per B pair, so
+// consecutive MMAs never wait on each other and every fetched fragment feeds several MMAs.
 
-// acc (16 x NT*8) = A[m0.., :] * B[n0.., :]^T over k_steps * 16 columns: A row-major [m][k], B row-major
+// acc (MT*16 x NT*8) = A[m0.., :] * B[n0.., :]^T over k_steps * 16 columns: A row-major [m][k], B row-major
 // [n][k] (S = Q K^T, dP = dO V^T).
-template <class T, int NT>
-__device__ __forceinline__ void gemm_abt(float (&acc)[NT][4], const T* a_tile, const T* b_tile, int stride, int m0,
-                                         int n0, int k_steps, int lane) {
+template <class T, int MT, int NT>
+__device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], const T* a_tile, const T* b_tile, int stride,
+                                         int m0, int n0, int k_steps, int lane) {
   zero(acc);
-#pragma unroll 2
+#pragma unroll 1
   for (int kk = 0; kk < k_steps; ++kk) {
-    uint32_t a[4];
-    load_a(a, a_tile, stride, m0, kk * 16, lane);
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) load_a(a[mt], a_tile, stride, m0 + mt * 16, kk * 16, lane);
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t b[4];
       load_b(b, b_tile, stride, n0 + np * 16, kk * 16, lane);
-      mma_pair<T>(acc[2 * np], acc[2 * np + 1], a, b);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
     }
     if constexpr (NT % 2 == 1) {
       uint32_t b[2];
       load_b_one(b, b_tile, stride, n0 + (NT - 1) * 8, kk * 16, lane);
-      ptx::mma_16816<T>(acc[NT - 1], a, b);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) ptx::mma_16816<T>(acc[mt][NT - 1], a[mt], b);
     }
   }
 }
 
-// acc (16 x NT*8) += A^T[m0.., :] * B[:, n0..] over K_ROWS rows of k: A row-major [k][m] (P, dS stored by
+// acc (MT*16 x NT*8) += A^T[m0.., :] * B[:, n0..] over K_ROWS rows of k: A row-major [k][m] (P, dS stored by
 // query row), B row-major [k][n] (dO, Q). Column pairs at or past `n_limit` are skipped (n0 + 16*np
 // beyond the head dim).
-template <class T, int NT, int K_ROWS>
-__device__ __forceinline__ void gemm_atb(float (&acc)[NT][4], const T* a_tile, int a_stride, const T* b_tile,
+template <class T, int MT, int NT, int K_ROWS>
+__device__ __forceinline__ void gemm_atb(float (&acc)[MT][NT][4], const T* a_tile, int a_stride, const T* b_tile,
                                          int b_stride, int m0, int n0, int n_limit, int lane) {
   static_assert(NT % 2 == 0, "column pairs");
 #pragma unroll
   for (int kk = 0; kk < K_ROWS / 16; ++kk) {
-    uint32_t a[4];
-    load_a_trans(a, a_tile, a_stride, m0, kk * 16, lane);
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) load_a_trans(a[mt], a_tile, a_stride, m0 + mt * 16, kk * 16, lane);
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       if (n0 + np * 16 >= n_limit) break;
       uint32_t b[4];
       load_b_trans(b, b_tile, b_stride, n0 + np * 16, kk * 16, lane);
-      mma_pair<T>(acc[2 * np], acc[2 * np + 1], a, b);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
     }
   }
 }
 
-// acc (16 x NT*8) += A[m0.., :] * B[:, n0..] over K_ROWS: A row-major [m][k] (dS), B row-major [k][n] (K).
-template <class T, int NT, int K_ROWS>
-__device__ __forceinline__ void gemm_ab(float (&acc)[NT][4], const T* a_tile, int a_stride, const T* b_tile,
+// acc (MT*16 x NT*8) += A[m0.., :] * B[:, n0..] over K_ROWS: A row-major [m][k] (dS), B row-major [k][n] (K).
+template <class T, int MT, int NT, int K_ROWS>
+__device__ __forceinline__ void gemm_ab(float (&acc)[MT][NT][4], const T* a_tile, int a_stride, const T* b_tile,
                                         int b_stride, int m0, int n0, int n_limit, int lane) {
   static_assert(NT % 2 == 0, "column pairs");
-#pragma unroll
+#pragma unroll 2
   for (int kk = 0; kk < K_ROWS / 16; ++kk) {
-    uint32_t a[4];
-    load_a(a, a_tile, a_stride, m0, kk * 16, lane);
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) load_a(a[mt], a_tile, a_stride, m0 + mt * 16, kk * 16, lane);
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       if (n0 + np * 16 >= n_limit) break;
       uint32_t b[4];
       load_b_trans(b, b_tile, b_stride, n0 + np * 16, kk * 16, lane);
-      mma_pair<T>(acc[2 * np], acc[2 * np + 1], a, b);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
     }
   }
 }
 
 // ---- the score / gradient step --------------------------------------------------------------------------
 
-// What a thread needs about its two rows (g and g+8 of the warp's 16) of a score block.
+// What a thread needs about its rows of a score block: rows g and g+8 of each of the warp's MT m16 tiles.
+template <int MT>
 struct RowTerms {
-  float term[2];  // (Gc_i - lse_i) * log2 e; -inf for rows past the sequence or without a visible key
-  float d[2];     // D_i = o_i·do_i (0 past the sequence)
+  float term[MT][2];  // (Gc_i - lse_i) * log2 e; -inf for rows past the sequence or without a visible key
+  float d[MT][2];     // D_i = o_i·do_i (0 past the sequence)
 };
 
-// Rows i_first and i_first + 8 (local positions) of query head h; `base` = row_index(b, h, seq.start).
-template <class P>
-__device__ __forceinline__ RowTerms load_row_terms(const P& p, int64_t base, const float* gc, int i_first, int len) {
-  RowTerms r;
+// Rows i_first + 16*mt + {0, 8} (local positions) of query head h; `base` = row_index(b, h, seq.start).
+template <int MT, class P>
+__device__ __forceinline__ RowTerms<MT> load_row_terms(const P& p, int64_t base, const float* gc, int i_first,
+                                                       int len) {
+  RowTerms<MT> r;
 #pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    const int i = i_first + 8 * hi;
-    r.term[hi] = -INFINITY;
-    r.d[hi] = 0.f;
-    if (i < len) {
-      const float lse = p.lse[base + i];
-      if (lse != -INFINITY) r.term[hi] = ((gc ? gc[i] : 0.f) - lse) * kLog2e;
-      r.d[hi] = p.D[base + i];
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      const int i = i_first + 16 * mt + 8 * hi;
+      r.term[mt][hi] = -INFINITY;
+      r.d[mt][hi] = 0.f;
+      if (i < len) {
+        const float lse = p.lse[base + i];
+        if (lse != -INFINITY) r.term[mt][hi] = ((gc ? gc[i] : 0.f) - lse) * kLog2e;
+        r.d[mt][hi] = p.D[base + i];
+      }
     }
-  }
   return r;
 }
 
@@ -177,72 +196,97 @@ __device__ __forceinline__ void load_col_terms(float (&col)[NT][2], const float*
     }
 }
 
-// This thread's parts of the row sums E_i = sum_j P dP and mass_i = sum_j P (rows g, g+8).
+// This thread's parts of the row sums E_i = sum_j P dP and mass_i = sum_j P (rows of RowTerms).
+template <int MT>
 struct RowSums {
-  float e[2] = {0.f, 0.f};
-  float mass[2] = {0.f, 0.f};
+  float e[MT][2] = {};
+  float mass[MT][2] = {};
 };
 
-// Turns S (scaled scores before the gate) into P = exp(s - lse) and dP into dS = P (dP - D), in place,
-// for a thread's fragment whose rows start at local position i_first and columns at j_first. `masked`:
-// apply the visibility rule per element (blocks on the diagonal, the window edge or the sequence end).
-// Adds this thread's parts of E and the mass to `sums`.
-template <int NT>
-__device__ __forceinline__ void probs_and_grads(float (&s)[NT][4], float (&dp)[NT][4], const RowTerms& rows,
-                                                const float (&col)[NT][2], float scale_log2, bool masked,
-                                                int i_first, int j_first, int len, int window, RowSums& sums) {
+// Turns S (scaled scores before the gate) into P = exp(s - lse) in place, for a thread's fragments whose
+// rows start at local position i_first and columns at j_first. `masked`: apply the visibility rule per
+// element (blocks on the diagonal, the window edge or the sequence end). Runs between the S and the dP GEMM,
+// so the row and column terms are dead before dP's accumulators are live.
+template <int MT, int NT>
+__device__ __forceinline__ void probs(float (&s)[MT][NT][4], const RowTerms<MT>& rows, const float (&col)[NT][2],
+                                      float scale_log2, bool masked, int i_first, int j_first, int len, int window) {
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int hi = r / 2, lo = r % 2;
-      float pr = exp2f(fmaf(s[nt][r], scale_log2, rows.term[hi] - col[nt][lo]));
-      if (masked && !visible(i_first + 8 * hi, j_first + nt * 8 + lo, len, window)) pr = 0.f;
-      sums.e[hi] += pr * dp[nt][r];
-      sums.mass[hi] += pr;
-      s[nt][r] = pr;
-      dp[nt][r] = pr * (dp[nt][r] - rows.d[hi]);
-    }
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int hi = r / 2, lo = r % 2;
+        const float pr = exp2f(fmaf(s[mt][nt][r], scale_log2, rows.term[mt][hi] - col[nt][lo]));
+        s[mt][nt][r] = masked && !visible(i_first + 16 * mt + 8 * hi, j_first + nt * 8 + lo, len, window) ? 0.f : pr;
+      }
 }
 
-// Stores a thread's fragment (rows m0 + g, m0 + g + 8; columns n0 + nt*8 + 2c, +1) into a row-major shared
+// Turns dP into dS = P (dP - D) in place for the NP n8 tiles of dp from n_first (P's tiles, the whole dp
+// or a column pass of it), and adds this thread's parts of E and the mass to `sums`.
+template <int MT, int NT, int NP>
+__device__ __forceinline__ void grads(float (&dp)[MT][NT][4], const float (&p)[MT][NP][4], int n_first,
+                                      const RowTerms<MT>& rows, RowSums<MT>& sums) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NP; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int hi = r / 2;
+        const float pr = p[mt][nt][r];
+        float& x = dp[mt][n_first + nt][r];
+        sums.e[mt][hi] += pr * x;
+        sums.mass[mt][hi] += pr;
+        x = pr * (x - rows.d[mt][hi]);
+      }
+}
+
+// Stores a thread's fragments (rows m0 + 16*mt + g, +8; columns n0 + nt*8 + 2c, +1) into a row-major shared
 // tile as T.
-template <class T, int NT>
-__device__ __forceinline__ void store_fragment(T* tile, int stride, const float (&x)[NT][4], int m0, int n0, int lane) {
+template <class T, int MT, int NT>
+__device__ __forceinline__ void store_fragment(T* tile, int stride, const float (&x)[MT][NT][4], int m0, int n0,
+                                               int lane) {
   const int g = lane / 4, c = lane % 4;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    *reinterpret_cast<uint32_t*>(tile + (m0 + g) * stride + n0 + nt * 8 + 2 * c) = ptx::pack2<T>(x[nt][0], x[nt][1]);
-    *reinterpret_cast<uint32_t*>(tile + (m0 + g + 8) * stride + n0 + nt * 8 + 2 * c) = ptx::pack2<T>(x[nt][2], x[nt][3]);
-  }
-}
-
-// Writes a thread's fragment of a [rows][cols] result to global rows (`row_ptr(r)` gives row r's start),
-// multiplied by `scale`, for rows < valid_rows and columns < valid_cols. Pairs go out as one 4-byte store
-// where the row start allows (`width` = its byte alignment).
-template <class T, int NT, class RowPtr>
-__device__ __forceinline__ void store_fragment_global(RowPtr row_ptr, const float (&x)[NT][4], float scale, int m0,
-                                                      int n0, int valid_rows, int valid_cols, int width, int lane) {
-  const int g = lane / 4, c = lane % 4;
-#pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    const int r = m0 + g + 8 * hi;
-    if (r >= valid_rows) continue;
-    T* row = row_ptr(r);
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      const int col = n0 + nt * 8 + 2 * c;
-      const float v0 = scale * x[nt][2 * hi], v1 = scale * x[nt][2 * hi + 1];
-      if constexpr (sizeof(T) == 2) {
-        if (col + 1 < valid_cols && width >= 4) {
-          *reinterpret_cast<uint32_t*>(row + col) = ptx::pack2<T>(v0, v1);
-          continue;
-        }
-      }
-      if (col < valid_cols) row[col] = from_float<T>(v0);
-      if (col + 1 < valid_cols) row[col + 1] = from_float<T>(v1);
+      T* at = tile + (m0 + mt * 16 + g) * stride + n0 + nt * 8 + 2 * c;
+      *reinterpret_cast<uint32_t*>(at) = ptx::pack2<T>(x[mt][nt][0], x[mt][nt][1]);
+      *reinterpret_cast<uint32_t*>(at + 8 * stride) = ptx::pack2<T>(x[mt][nt][2], x[mt][nt][3]);
     }
-  }
+}
+
+// Writes a thread's fragments of a [rows][cols] result to global rows (`row_ptr(r)` gives row r's start),
+// multiplied by `scale`, for rows < valid_rows and columns < valid_cols. Pairs go out as one 4-byte store
+// where the row start allows (`width` = its byte alignment).
+template <class T, int MT, int NT, class RowPtr>
+__device__ __forceinline__ void store_fragment_global(RowPtr row_ptr, const float (&x)[MT][NT][4], float scale,
+                                                      int m0, int n0, int valid_rows, int valid_cols, int width,
+                                                      int lane) {
+  const int g = lane / 4, c = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      const int r = m0 + mt * 16 + g + 8 * hi;
+      if (r >= valid_rows) continue;
+      T* row = row_ptr(r);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int col = n0 + nt * 8 + 2 * c;
+        const float v0 = scale * x[mt][nt][2 * hi], v1 = scale * x[mt][nt][2 * hi + 1];
+        if constexpr (sizeof(T) == 2) {
+          if (col + 1 < valid_cols && width >= 4) {
+            *reinterpret_cast<uint32_t*>(row + col) = ptx::pack2<T>(v0, v1);
+            continue;
+          }
+        }
+        if (col < valid_cols) row[col] = from_float<T>(v0);
+        if (col + 1 < valid_cols) row[col + 1] = from_float<T>(v1);
+      }
+    }
 }
 
 // dst[0..1] += (v0, v1) with unordered atomics: one 8-byte vector atomic on sm90+, two scalar ones before.

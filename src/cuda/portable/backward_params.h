@@ -39,31 +39,54 @@ struct BackwardParams {
 
 // Tiles of the MMA kernels per head-dim bucket (max(K16, V16) <= kD). 8 warps per CTA.
 //   key-major dK/dV kernel: kBc keys held, query tiles of kBr rows, dK/dV accumulators for kSliceKV columns;
-//                           one CTA per SM (at 128 registers it spills);
+//                           one CTA per SM. Warp grids (rows x 8/rows warps) of its three products:
+//                           kScoreWarpRows for S/dP/P/dS [kBr x kBc], kKvWarpRows for dK/dV [kBc x kSliceKV],
+//                           kDqWarpRows for dQ [kBr x kSliceKV] (computed in kDqChunk-column pieces).
+//                           Warp tiles of 32 x 32 or more (two m16 tiles) give each warp 8-16 independent
+//                           MMAs per operand fetch, which halves the ldmatrix traffic per MMA against 16-row
+//                           warp tiles, and 128-key CTAs halve the Q/dO loads and dQ atomics per FLOP
+//                           (FlashAttention-2's 64 x 128 step for D <= 128);
 //   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns;
 //                           kMinBlocksDq CTAs per SM (2 fit in 128 registers without spills at D64/D128).
 template <int kD>
 struct TileConfig;
 template <>
-struct TileConfig<64> { static constexpr int kBc = 64, kBr = 64, kSliceKV = 64, kQueryRows = 64, kKeyCols = 64, kSliceQ = 64, kMinBlocksDq = 2; };
+struct TileConfig<64> {
+  static constexpr int kBc = 128, kBr = 64, kSliceKV = 64, kScoreWarpRows = 2, kKvWarpRows = 4, kDqWarpRows = 4,
+                       kDqChunk = 32, kScorePasses = 1;
+  static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 64, kMinBlocksDq = 2;
+};
 template <>
-struct TileConfig<128> { static constexpr int kBc = 64, kBr = 64, kSliceKV = 128, kQueryRows = 64, kKeyCols = 64, kSliceQ = 128, kMinBlocksDq = 2; };
+struct TileConfig<128> {
+  static constexpr int kBc = 128, kBr = 64, kSliceKV = 128, kScoreWarpRows = 2, kKvWarpRows = 4, kDqWarpRows = 2,
+                       kDqChunk = 32, kScorePasses = 2;
+  static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 128, kMinBlocksDq = 2;
+};
 template <>
-struct TileConfig<256> { static constexpr int kBc = 32, kBr = 64, kSliceKV = 256, kQueryRows = 64, kKeyCols = 32, kSliceQ = 256, kMinBlocksDq = 1; };
+struct TileConfig<256> {
+  static constexpr int kBc = 64, kBr = 64, kSliceKV = 256, kScoreWarpRows = 4, kKvWarpRows = 2, kDqWarpRows = 2,
+                       kDqChunk = 32, kScorePasses = 2;
+  static constexpr int kQueryRows = 64, kKeyCols = 32, kSliceQ = 256, kMinBlocksDq = 1;
+};
 template <>
-struct TileConfig<512> { static constexpr int kBc = 32, kBr = 32, kSliceKV = 256, kQueryRows = 32, kKeyCols = 32, kSliceQ = 512, kMinBlocksDq = 1; };
+struct TileConfig<512> {
+  static constexpr int kBc = 32, kBr = 32, kSliceKV = 256, kScoreWarpRows = 2, kKvWarpRows = 2, kDqWarpRows = 2,
+                       kDqChunk = 64, kScorePasses = 1;
+  static constexpr int kQueryRows = 32, kKeyCols = 32, kSliceQ = 512, kMinBlocksDq = 1;
+};
 
 constexpr int kMmaThreads = 256;
 
 // Shared memory of the two MMA kernels (2-byte elements), with `stages` buffers of the tiles that change
 // per loop step (Q/dO for dK/dV, K/V for dq; cp.async prefetch of the next step when 2):
-//   dK/dV: K, V tiles [kBc][kD+8]; stages x (Q, dO) [kBr][kD+8]; P, dS [kBr][kBc+8]; fp32 column partials.
+//   dK/dV: K, V tiles [kBc][kD+8]; P, dS [kBr][kBc+8]; fp32 column partials [kScoreWarpRows][kBc];
+//          stages x ((Q, dO) [kBr][kD+8], fp32 step terms: lse, D, row Gc [kBr] each, column Gc [kBc]).
 //   dq:    Q, dO tiles [rows][kD+8]; stages x (K, V) [cols][kD+8]; dS [rows][cols+8]; fp32 row partials.
 template <int kD>
 constexpr size_t dkdv_smem_bytes(int stages) {
   using C = TileConfig<kD>;
-  return (stages * 2 * C::kBr + 2 * C::kBc) * (kD + 8) * 2 + 2 * C::kBr * (C::kBc + 8) * 2 +
-         (C::kBr / 16) * C::kBc * sizeof(float);
+  return 2 * C::kBc * (kD + 8) * 2 + 2 * C::kBr * (C::kBc + 8) * 2 + C::kScoreWarpRows * C::kBc * sizeof(float) +
+         stages * (2 * C::kBr * (kD + 8) * 2 + (3 * C::kBr + C::kBc) * sizeof(float));
 }
 template <int kD>
 constexpr size_t dq_smem_bytes(int stages) {
