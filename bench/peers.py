@@ -15,6 +15,27 @@ class CannotRun(Exception):
     """The contender cannot run this case; the message says why (reported, never turned into a ratio)."""
 
 
+def probed(fwd):
+    """Runs fwd once so an unsupported case fails here (with the peer's own error), not while timing."""
+    try:
+        fwd()
+    except Exception as e:  # noqa: BLE001 - report the peer's own error
+        raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+    return fwd
+
+
+def import_from(path, flag, module, name):
+    """`name` from `module` of a checkout at `path` (given on the command line as `flag`), or CannotRun."""
+    if not path:
+        raise CannotRun(f"not given ({flag} PATH)")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    try:
+        return getattr(__import__(module, fromlist=[name]), name)
+    except Exception as e:  # noqa: BLE001
+        raise CannotRun(f"import failed: {e}")
+
+
 # ---------------------------------------------------------------------------------------------- training
 
 def flashgate_training(row, t):
@@ -43,11 +64,7 @@ def _sdpa(backend_name):
         def fwd():
             with sdpa_kernel([backend]):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa).transpose(1, 2)
-        try:  # fail now (unsupported shape) rather than inside the timing loop
-            fwd()
-        except Exception as e:  # noqa: BLE001 - report the peer's own error
-            raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
-        return fwd
+        return probed(fwd)
     return build
 
 
@@ -89,32 +106,17 @@ def flex(row, t):
     def fwd():
         return _flex_compiled(q, k, v, score_mod=score_mod, block_mask=block_mask,
                               enable_gqa=gqa).transpose(1, 2)
-    try:
-        fwd()
-    except Exception as e:  # noqa: BLE001
-        raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
-    return fwd
+    return probed(fwd)
 
 
 def fla_training(path):
     def build(row, t):
-        if not path:
-            raise CannotRun("flash-linear-attention not given (--fla PATH)")
-        if path not in sys.path:
-            sys.path.insert(0, path)
-        try:
-            from fla.ops.attn.parallel import parallel_attn
-        except Exception as e:  # noqa: BLE001
-            raise CannotRun(f"import failed: {e}")
+        parallel_attn = import_from(path, "--fla", "fla.ops.attn.parallel", "parallel_attn")
 
         def fwd():
             return parallel_attn(t["q"], t["k"], t["v"], g=t.get("g"), window_size=row.window,
                                  cu_seqlens=t.get("cu_seqlens_long"), sink_bias=t.get("sink"))
-        try:
-            fwd()
-        except Exception as e:  # noqa: BLE001
-            raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
-        return fwd
+        return probed(fwd)
     return build
 
 
@@ -139,25 +141,14 @@ def sdpa_decode(backend_name):
         def fwd():
             with sdpa_kernel([backend]):
                 return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
-        try:
-            fwd()
-        except Exception as e:  # noqa: BLE001
-            raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
-        return fwd
+        return probed(fwd)
     return build
 
 
 def fla_decode(path):
     """FLA's attn_decoding_one_step over the packed twin of the cache ([1, N*L, H, D])."""
     def build(row, t):
-        if not path:
-            raise CannotRun("flash-linear-attention not given (--fla PATH)")
-        if path not in sys.path:
-            sys.path.insert(0, path)
-        try:
-            from fla.ops.attn.decoding import attn_decoding_one_step
-        except Exception as e:  # noqa: BLE001
-            raise CannotRun(f"import failed: {e}")
+        attn_decoding_one_step = import_from(path, "--fla", "fla.ops.attn.decoding", "attn_decoding_one_step")
         N, L = row.batch, row.context
         q = t["q"].view(1, N, row.HQ, row.D)
         k = t["k_real"].reshape(1, N * L, row.H, row.D)
@@ -166,24 +157,14 @@ def fla_decode(path):
 
         def fwd():
             return attn_decoding_one_step(q, k, v, cu_seqlens=cu)[0]
-        try:
-            fwd()
-        except Exception as e:  # noqa: BLE001
-            raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
-        return fwd
+        return probed(fwd)
     return build
 
 
 def vllm_paged(path):
     def build(row, t, fp8):
-        if not path:
-            raise CannotRun("vLLM not given (--vllm PATH)")
-        if path not in sys.path:
-            sys.path.insert(0, path)
-        try:
-            from vllm.attention.ops.triton_unified_attention import unified_attention
-        except Exception as e:  # noqa: BLE001
-            raise CannotRun(f"import failed: {e}")
+        unified_attention = import_from(path, "--vllm", "vllm.attention.ops.triton_unified_attention",
+                                        "unified_attention")
         if fp8 == "per-token":
             raise CannotRun("vLLM's unified attention takes per-tensor descales only")
         out = torch.empty_like(t["q"])
@@ -198,9 +179,5 @@ def vllm_paged(path):
                               block_table=t["block_table"], softcap=0, q_descale=None,
                               k_descale=descale[0], v_descale=descale[1])
             return out
-        try:
-            fwd()
-        except Exception as e:  # noqa: BLE001
-            raise CannotRun(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
-        return fwd
+        return probed(fwd)
     return build
