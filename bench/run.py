@@ -1,6 +1,6 @@
 """flashgate against its peers on every row of docs/BENCHMARKS.md, in one process, on one GPU.
 
-    python bench/run.py --out OUTDIR [--fla PATH] [--vllm PATH] [--rows SUBSTRING] [--no-flex]
+    python bench/run.py --out OUTDIR [--fla PATH] [--vllm PATH] [--rows SUBSTRING] [--peers LIST]
 
 Writes OUTDIR/results.json (raw), OUTDIR/report.md (tables of TFLOP/s, GB/s and flashgate/peer ratios),
 OUTDIR/*.png (plots). A contender that cannot run a case is reported with its error, never as a ratio; a
@@ -243,7 +243,8 @@ def main():
     ap.add_argument("--fla", default="", help="path of a flash-linear-attention checkout (optional)")
     ap.add_argument("--vllm", default="", help="path of a vLLM checkout (optional)")
     ap.add_argument("--rows", default="", help="only rows whose name contains this text")
-    ap.add_argument("--no-flex", action="store_true", help="skip FlexAttention (its compiles take time)")
+    ap.add_argument("--peers", default="cuDNN,FA2,flex,FLA",
+                    help="training peers to run beside flashgate (FLA needs --fla; flex compiles take time)")
     ap.add_argument("--skip-backward", action="store_true")
     ap.add_argument("--only", choices=["training", "serving"], default=None)
     args = ap.parse_args()
@@ -254,10 +255,9 @@ def main():
     out = {"env": measure.environment(sys.argv), "ceilings": measure.ceilings()}
     log(f"env: {out['env']}\nceilings: {out['ceilings']}")
     contenders = {"flashgate": peers.flashgate_training}
-    contenders.update(peers.TRAINING_PEERS)
-    if args.no_flex:
-        contenders.pop("flex")
-    if args.fla:
+    wanted = set(args.peers.split(","))
+    contenders.update({n: b for n, b in peers.TRAINING_PEERS.items() if n in wanted})
+    if args.fla and "FLA" in wanted:
         contenders["FLA Triton"] = peers.fla_training(args.fla)
     try:
         if args.only != "serving":
