@@ -12,6 +12,7 @@
 #include "cuda/common/online_softmax.h"
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/visibility.h"
+#include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/mma.h"
 
@@ -205,8 +206,9 @@ struct RowSums {
 
 // Turns S (scaled scores before the gate) into P = exp(s - lse) in place, for a thread's fragments whose
 // rows start at local position i_first and columns at j_first. `masked`: apply the visibility rule per
-// element (blocks on the diagonal, the window edge or the sequence end). Runs between the S and the dP GEMM,
-// so the row and column terms are dead before dP's accumulators are live.
+// element (blocks on the diagonal, the window edge or the sequence end); one branch for the whole block,
+// selects inside it, so the exponentials stay one straight-line run. exp2_ftz as in the forward (the lse
+// came from it; probabilities below 2^-126 are zero in bf16/fp16 anyway).
 template <int MT, int NT>
 __device__ __forceinline__ void probs(float (&s)[MT][NT][4], const RowTerms<MT>& rows, const float (&col)[NT][2],
                                       float scale_log2, bool masked, int i_first, int j_first, int len, int window) {
@@ -215,11 +217,16 @@ __device__ __forceinline__ void probs(float (&s)[MT][NT][4], const RowTerms<MT>&
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int hi = r / 2, lo = r % 2;
-        const float pr = exp2f(fmaf(s[mt][nt][r], scale_log2, rows.term[mt][hi] - col[nt][lo]));
-        s[mt][nt][r] = masked && !visible(i_first + 16 * mt + 8 * hi, j_first + nt * 8 + lo, len, window) ? 0.f : pr;
-      }
+      for (int r = 0; r < 4; ++r)
+        s[mt][nt][r] = ptx::exp2_ftz(fmaf(s[mt][nt][r], scale_log2, rows.term[mt][r / 2] - col[nt][r % 2]));
+  if (!masked) return;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        if (!visible(i_first + 16 * mt + 8 * (r / 2), j_first + nt * 8 + r % 2, len, window)) s[mt][nt][r] = 0.f;
 }
 
 // Turns dP into dS = P (dP - D) in place for the NP n8 tiles of dp from n_first (P's tiles, the whole dp
