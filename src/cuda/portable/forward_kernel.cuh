@@ -174,24 +174,34 @@ class ForwardBlock {
     // Per-element masking only where the tile needs it: diagonal, window edge, sequence end (uniform test).
     if (block_needs_mask(w_.m0, w_.m0 + Tile::BM, n0, n0 + BN, w_.seq.len, p_.window)) mask_hidden(s, n0);
     const float exp_scale = prescaled() ? 1.f : p_.scale_log2;
+    // The maxima of all the thread's rows first, then one warp vote for the o rescale: past the first tiles
+    // the row max rarely moves, so the multiplies are skipped, and with no branch between them the 2 * MT
+    // max -> shuffle -> exp2 chains interleave (a vote per row half ran them one after the other).
+    float factor[MT][2];
+    bool moved = false;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         float tile_max = -INFINITY;
 #pragma unroll
         for (int j = 0; j < kNT; ++j) tile_max = fmaxf(tile_max, fmaxf(s[mt][j][2 * half], s[mt][j][2 * half + 1]));
-        const float factor = rows[mt][half].rescale(quad_max(tile_max) * exp_scale);
-        // Past the first tiles the row max rarely moves: skip the multiplies when no row of the warp's
-        // m-tile half needs them (a warp-uniform branch).
-        if (__any_sync(0xffffffffu, factor != 1.f)) {
-#pragma unroll
-          for (int j = 0; j < kVT; ++j) {
-            o[mt][j][2 * half] *= factor;
-            o[mt][j][2 * half + 1] *= factor;
-          }
-        }
+        factor[mt][half] = rows[mt][half].rescale(quad_max(tile_max) * exp_scale);
+        moved |= factor[mt][half] != 1.f;
       }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < kVT; ++j) {
+          o[mt][j][0] *= factor[mt][0];
+          o[mt][j][1] *= factor[mt][0];
+          o[mt][j][2] *= factor[mt][1];
+          o[mt][j][3] *= factor[mt][1];
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const float off = rows[mt][half].exp_offset();
