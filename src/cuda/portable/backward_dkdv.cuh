@@ -46,7 +46,10 @@ __device__ __forceinline__ void col_terms_of(float (&col)[NT][2], const float* c
     for (int lo = 0; lo < 2; ++lo) col[nt][lo] = has_gate ? col_gc[c_first + nt * 8 + lo] * kLog2e : 0.f;
 }
 
-template <class T, int kD>
+// kFull: the head dims fill the bucket (K16 == V16 == kD), so every GEMM runs over compile-time bounds
+// without column guards (straight-line code the compiler can software-pipeline); otherwise the run-time
+// K16 / V16 bound the columns.
+template <class T, int kD, bool kFull>
 __global__ void __launch_bounds__(kMmaThreads, 1)
     dkdv_kernel(BackwardParams p, TileSchedule key_tiles, int slices, int stages, bool with_dq) {
   using C = TileConfig<kD>;
@@ -77,6 +80,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   auto stage_terms = [&](int stage) { return reinterpret_cast<float*>(sStages + stage * kStageBytes + 2 * kBr * LD * 2); };
 
   const AttentionParams& a = p.a;
+  const int K16 = kFull ? kD : p.K16, V16 = kFull ? kD : p.V16;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
 
   // blockIdx.x = ((tile * H + hk) * head_parts + part) * slices + slice
@@ -169,7 +173,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     // dP, then S in kScorePasses column passes, each turned into P (stored) and dS at once: a pass's S
     // accumulators are all that is live next to dP's, which keeps the wide buckets within 255 registers.
     float dp[MS][NT][4];
-    gemm_abt<T, MS, NT>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
+    gemm_abt<T, MS, NT>(dp, sdO, sV, LD, s_m0, s_n0, V16 / 16, lane);
     const RowTerms<MS> rt = row_terms_of<MS, kBr>(terms, a.has_gate, s_m0 + g, i0 + s_m0 + g, len);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
     RowSums<MS> sums;
@@ -177,7 +181,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     for (int pass = 0; pass < kPasses; ++pass) {
       const int n0 = s_n0 + pass * NPS * 8;
       float s[MS][NPS][4];
-      gemm_abt<T, MS, NPS>(s, sQ, sK, LD, s_m0, n0, p.K16 / 16, lane);
+      gemm_abt<T, MS, NPS>(s, sQ, sK, LD, s_m0, n0, K16 / 16, lane);
       float col_terms[NPS][2];
       col_terms_of(col_terms, terms + 3 * kBr, a.has_gate, n0 + 2 * c);
       probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + n0 + 2 * c, len, a.window);
@@ -218,28 +222,29 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     store_fragment<T, MS, NT>(sdS, LDP, dp, s_m0, s_n0, lane);
     __syncthreads();
 
-    gemm_atb<T, MK, NTD, kBr>(dv, sP, LDP, sdO, LD, kv_m0, kv_n0, p.V16, lane);
-    gemm_atb<T, MK, NTD, kBr>(dk, sdS, LDP, sQ, LD, kv_m0, kv_n0, p.K16, lane);
+    gemm_atb<T, MK, NTD, kBr, !kFull>(dv, sP, LDP, sdO, LD, kv_m0, kv_n0, V16, lane);
+    gemm_atb<T, MK, NTD, kBr, !kFull>(dk, sdS, LDP, sQ, LD, kv_m0, kv_n0, K16, lane);
 
     if (with_dq) {
       // dQ[i0.., slice] += dS K: QCH-column chunks (bounded registers), straight into the fp32 accumulator.
 #pragma unroll
       for (int ch = 0; ch < QW / QCH; ++ch) {
         const int n0 = col0 + qd * QW + ch * QCH;
-        if (n0 >= p.K16) break;
+        if (!kFull && n0 >= K16) break;
         float acc[MQ][QCH / 8][4];
         zero(acc);
-        gemm_ab<T, MQ, QCH / 8, kBc>(acc, sdS, LDP, sK, LD, q_m0, n0, p.K16, lane);
-        float* out = p.dq_acc + (base + i0 + q_m0 + g) * p.K16 + n0 + 2 * c;  // row g, column pair c
+        gemm_ab<T, MQ, QCH / 8, kBc, !kFull>(acc, sdS, LDP, sK, LD, q_m0, n0, K16, lane);
+        float* out = p.dq_acc + (base + i0 + q_m0 + g) * K16 + n0 + 2 * c;  // row g, column pair c
 #pragma unroll
         for (int mt = 0; mt < MQ; ++mt)
 #pragma unroll
           for (int hi = 0; hi < 2; ++hi) {
             if (i0 + q_m0 + mt * 16 + g + 8 * hi >= len) continue;
-            float* row = out + (mt * 16 + 8 * hi) * p.K16;
+            float* row = out + (mt * 16 + 8 * hi) * K16;
 #pragma unroll
             for (int nt = 0; nt < QCH / 8; ++nt)
-              if (n0 + nt * 8 < p.K16) atomic_add_pair(row + nt * 8, acc[mt][nt][2 * hi], acc[mt][nt][2 * hi + 1]);
+              if (kFull || n0 + nt * 8 < K16)
+                atomic_add_pair(row + nt * 8, acc[mt][nt][2 * hi], acc[mt][nt][2 * hi + 1]);
           }
       }
     }
@@ -288,10 +293,10 @@ void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slic
   const int64_t blocks = keys.num_tiles * p.a.H * p.head_parts * slices;
   if (blocks == 0) return;
   const size_t smem = dkdv_smem_bytes<kD>(stages);
-  FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(smem)));
-  dkdv_kernel<T, kD><<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, keys, slices, stages,
-                                                                                   !p.deterministic);
+  const auto kernel = p.K16 == kD && p.V16 == kD ? dkdv_kernel<T, kD, true> : dkdv_kernel<T, kD, false>;
+  FLASHGATE_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, keys, slices, stages, !p.deterministic);
   FLASHGATE_CHECK_LAUNCH("dkdv_kernel");
 }
 

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
     store_fragment<T, 1, NT>(sdS, LDS, dp, s_m0, s_n0, lane);
     __syncthreads();
 
-    gemm_ab<T, 1, NTQ, kBc>(dq, sdS, LDS, sK, LD, qm * 16, q_n0, p.K16, lane);
+    gemm_ab<T, 1, NTQ, kBc, true>(dq, sdS, LDS, sK, LD, qm * 16, q_n0, p.K16, lane);
   }
   ptx::cp_async_wait<0>();  // Q/dO copies are still in flight when the rows see no key
 

@@ -112,9 +112,10 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], const T* a_til
 }
 
 // acc (MT*16 x NT*8) += A^T[m0.., :] * B[:, n0..] over K_ROWS rows of k: A row-major [k][m] (P, dS stored by
-// query row), B row-major [k][n] (dO, Q). Column pairs at or past `n_limit` are skipped (n0 + 16*np
-// beyond the head dim).
-template <class T, int MT, int NT, int K_ROWS>
+// query row), B row-major [k][n] (dO, Q). kGuard: column pairs at or past `n_limit` are skipped (n0 + 16*np
+// beyond a head dim narrower than the bucket); without it the loop is straight-line code, so the compiler
+// can issue the next fragments' ldmatrix while the MMAs run.
+template <class T, int MT, int NT, int K_ROWS, bool kGuard>
 __device__ __forceinline__ void gemm_atb(float (&acc)[MT][NT][4], const T* a_tile, int a_stride, const T* b_tile,
                                          int b_stride, int m0, int n0, int n_limit, int lane) {
   static_assert(NT % 2 == 0, "column pairs");
@@ -125,7 +126,7 @@ __device__ __forceinline__ void gemm_atb(float (&acc)[MT][NT][4], const T* a_til
     for (int mt = 0; mt < MT; ++mt) load_a_trans(a[mt], a_tile, a_stride, m0 + mt * 16, kk * 16, lane);
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
-      if (n0 + np * 16 >= n_limit) break;
+      if (kGuard && n0 + np * 16 >= n_limit) break;
       uint32_t b[4];
       load_b_trans(b, b_tile, b_stride, n0 + np * 16, kk * 16, lane);
 #pragma unroll
@@ -134,8 +135,9 @@ __device__ __forceinline__ void gemm_atb(float (&acc)[MT][NT][4], const T* a_til
   }
 }
 
-// acc (MT*16 x NT*8) += A[m0.., :] * B[:, n0..] over K_ROWS: A row-major [m][k] (dS), B row-major [k][n] (K).
-template <class T, int MT, int NT, int K_ROWS>
+// acc (MT*16 x NT*8) += A[m0.., :] * B[:, n0..] over K_ROWS: A row-major [m][k] (dS), B row-major [k][n] (K);
+// kGuard as in gemm_atb.
+template <class T, int MT, int NT, int K_ROWS, bool kGuard>
 __device__ __forceinline__ void gemm_ab(float (&acc)[MT][NT][4], const T* a_tile, int a_stride, const T* b_tile,
                                         int b_stride, int m0, int n0, int n_limit, int lane) {
   static_assert(NT % 2 == 0, "column pairs");
@@ -146,7 +148,7 @@ __device__ __forceinline__ void gemm_ab(float (&acc)[MT][NT][4], const T* a_tile
     for (int mt = 0; mt < MT; ++mt) load_a(a[mt], a_tile, a_stride, m0 + mt * 16, kk * 16, lane);
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
-      if (n0 + np * 16 >= n_limit) break;
+      if (kGuard && n0 + np * 16 >= n_limit) break;
       uint32_t b[4];
       load_b_trans(b, b_tile, b_stride, n0 + np * 16, kk * 16, lane);
 #pragma unroll
