@@ -9,7 +9,8 @@
 //   (WV = V/128, WK = 4/WV). The warps' partial softmax states merge through shared memory at the end.
 // - K/V rows are copied with 16-byte cp.async into a multi-stage ring (2-4 stages, chosen on the host from
 //   the device's shared memory), row by row through the block table, so a page of any size and any strides
-//   works; rows outside the slice are zero-filled and never read (NaN in unused slots cannot leak).
+//   works; rows outside the slice and the padding dims past K or V are zero-filled by the same copies
+//   (NaN in unused slots or an earlier stage cannot leak into the mma).
 // - Fragments come from shared memory with plain 16-byte loads (paged_fragments.cuh): fp16/bf16 and fp8
 //   caches share the code, fp8 converts to bf16 exactly in registers. Per-token K scales multiply score
 //   columns in fp32; per-token V scales multiply probability columns after the row sum, and P * scale goes
@@ -108,31 +109,65 @@ __device__ __forceinline__ void wait_oldest_stage(int stages) {
   else ptx::cp_async_wait<1>();
 }
 
-// One warp copies `kRowsPerWarp` rows of one operand (`bytes` per row, padded to kChunks 16-byte chunks)
-// into a stage, kLanes lanes per row: one instruction covers whole rows, i.e. whole 128-byte lines (full L2
-// sectors, one request per line) and whole 32-bank spans of shared memory (the swizzles only permute chunks
-// within 128 bytes). Row r's source byte offset is `src_off` of lane r, -1 to zero-fill the row.
-template <int kChunks, int kRowsPerWarp, class ChunkOffset>
-__device__ __forceinline__ void copy_warp_rows(unsigned char* stage, const unsigned char* base, int64_t src_off,
-                                               int bytes, int row0, int lane, ChunkOffset chunk_offset) {
-  constexpr int kLanes = kChunks < 32 ? kChunks : 32;
-  constexpr int kRowsPerPass = 32 / kLanes;
-  constexpr int kChunkPasses = (kChunks + kLanes - 1) / kLanes;
+// One warp copies `kRowsPerWarp` rows of one operand (padded to kChunks 16-byte chunks) into a stage, kLanes
+// lanes per row: one instruction covers whole rows, i.e. whole 128-byte lines (full L2 sectors, one request
+// per line) and whole 32-bank spans of shared memory (the swizzles only permute chunks within 128 bytes).
+// What depends on the lane alone (its chunk, its bytes of it) is set up once per kernel, so a copy costs a
+// shuffle of the row's address, a select of the byte count and the cp.async itself.
+template <int kChunks, int kRowsPerWarp>
+struct WarpRowCopy {
+  static constexpr int kLanes = kChunks < 32 ? kChunks : 32;
+  static constexpr int kRowsPerPass = 32 / kLanes;
+  static constexpr int kChunkPasses = (kChunks + kLanes - 1) / kLanes;
   static_assert(32 % kLanes == 0 && kRowsPerWarp % kRowsPerPass == 0, "a pass must cover whole rows");
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; r += kRowsPerPass) {
-    const int row = r + lane / kLanes;
-    const int64_t off = __shfl_sync(0xffffffffu, src_off, row);
+
+  int lane_row;                        // row of this lane within a pass
+  int chunk[kChunkPasses];             // this lane's chunk in each chunk pass
+  int src_chunk[kChunkPasses];         // its source byte offset in the row (0 for a chunk past the row)
+  uint32_t chunk_bytes[kChunkPasses];  // bytes of the row in that chunk: 16, fewer for a partial last
+                                       // one, 0 past the row (padding dims: zero-filled, so no NaN)
+  bool whole_chunks;                   // no partial chunk (the same for every lane)
+
+  __device__ __forceinline__ WarpRowCopy(int row_bytes, int lane)
+      : lane_row(lane / kLanes), whole_chunks(row_bytes % 16 == 0) {
 #pragma unroll
     for (int pass = 0; pass < kChunkPasses; ++pass) {
-      const int ch = lane % kLanes + pass * kLanes;
-      if (ch < kChunks && ch * 16 < bytes) {  // chunks past the row stay zero from the start
-        const int n = off < 0 ? 0 : (bytes - ch * 16 < 16 ? bytes - ch * 16 : 16);
-        ptx::cp_async_16(stage + chunk_offset(row0 + row, ch), n ? base + off + ch * 16 : base, n);
+      chunk[pass] = lane % kLanes + pass * kLanes;
+      const int left = row_bytes - chunk[pass] * 16;
+      chunk_bytes[pass] = left <= 0 ? 0u : (left < 16 ? static_cast<uint32_t>(left) : 16u);
+      src_chunk[pass] = left > 0 ? chunk[pass] * 16 : 0;
+    }
+  }
+
+  // Lane r holds row r's source address `src` (any readable address for a dead row); bit r of `live` says
+  // whether row r exists (a dead row is zero-filled: never read, and no NaN from the ring can leak).
+  template <class ChunkOffset>
+  __device__ __forceinline__ void operator()(unsigned char* stage, const unsigned char* src, uint32_t live, int row0,
+                                             ChunkOffset chunk_offset) const {
+    // Whole chunks copy 16 bytes or none, which cp.async takes as a predicate (no byte count to compute).
+    if (whole_chunks) copy<true>(stage, src, live, row0, chunk_offset);
+    else copy<false>(stage, src, live, row0, chunk_offset);
+  }
+
+  template <bool kWhole, class ChunkOffset>
+  __device__ __forceinline__ void copy(unsigned char* stage, const unsigned char* src, uint32_t live, int row0,
+                                       ChunkOffset chunk_offset) const {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; r += kRowsPerPass) {
+      const int row = r + lane_row;
+      const auto* row_src = reinterpret_cast<const unsigned char*>(
+          __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(src), row));
+      const bool row_live = (live >> row) & 1u;
+#pragma unroll
+      for (int pass = 0; pass < kChunkPasses; ++pass) {
+        if (kChunks % kLanes != 0 && chunk[pass] >= kChunks) continue;  // past the padded row (wide rows only)
+        const uint32_t n =
+            kWhole ? (row_live && chunk_bytes[pass] != 0 ? 16u : 0u) : (row_live ? chunk_bytes[pass] : 0u);
+        ptx::cp_async_16(stage + chunk_offset(row0 + row, chunk[pass]), row_src + src_chunk[pass], n);
       }
     }
   }
-}
+};
 
 // Per-row facts of the CTA's 16 rows, staged once in shared memory.
 struct SharedRows {
@@ -174,6 +209,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   const int key_bytes = p.K * Tile::kBytes, value_bytes = p.V * Tile::kBytes;
   const unsigned char* kbase = static_cast<const unsigned char*>(p.k);
   const unsigned char* vbase = static_cast<const unsigned char*>(p.v);
+  const paged_detail::WarpRowCopy<Tile::kKeyRowBytes / 16, kRowsPerWarp> copy_keys(key_bytes, lane);
+  const paged_detail::WarpRowCopy<Tile::kValueRowBytes / 16, kRowsPerWarp> copy_values(value_bytes, lane);
   auto load_stage = [&](int tile) {
     unsigned char* stage = ring + (tile % stages) * Tile::kStageBytes;
     unsigned char* vstage = stage + KS * Tile::kKeyRowBytes;
@@ -181,12 +218,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     const int j = slice.begin + tile * KS + row0 + lane;
     KeyRow kr;
     const bool ok = lane < kRowsPerWarp && j < slice.end && locate_key(p, rb.seq, kv_head, j, kr);
-    paged_detail::copy_warp_rows<Tile::kKeyRowBytes / 16, kRowsPerWarp>(
-        stage, kbase, ok ? kr.k_off * Tile::kBytes : -1, key_bytes, row0, lane,
-        [](int row, int chunk) { return Tile::key_chunk(row, chunk); });
-    paged_detail::copy_warp_rows<Tile::kValueRowBytes / 16, kRowsPerWarp>(
-        vstage, vbase, ok ? kr.v_off * Tile::kBytes : -1, value_bytes, row0, lane,
-        [](int row, int chunk) { return Tile::value_chunk(row, chunk); });
+    const uint32_t live = __ballot_sync(0xffffffffu, ok);
+    copy_keys(stage, ok ? kbase + kr.k_off * Tile::kBytes : kbase, live, row0,
+              [](int row, int chunk) { return Tile::key_chunk(row, chunk); });
+    copy_values(vstage, ok ? vbase + kr.v_off * Tile::kBytes : vbase, live, row0,
+                [](int row, int chunk) { return Tile::value_chunk(row, chunk); });
     if constexpr (Tile::kScaleSlots) {
       // Per-token scales next to the rows; a key that is not loaded gets scale 0 (its column is masked).
       float* scales = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + row0 + lane;
@@ -199,7 +235,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   };
 
   // The first stages go out before anything else: staging the rows and query fragments below then costs
-  // no time of its own (it overlaps their latency). The zero padding below touches no chunk they fill.
+  // no time of its own (it overlaps their latency).
   for (int t = 0; t < stages - 1; ++t) {
     if (t < num_tiles) load_stage(t);
     ptx::cp_async_commit();
@@ -211,24 +247,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     rows->head[tid] = ri.valid ? ri.head : -1;
     rows->pos[tid] = ri.pos;
     rows->lo[tid] = ri.lo;
-  }
-  // Padding dims of every stage stay zero (a NaN there would poison the mma); loads never touch them.
-  {
-    const int key_chunks = (key_bytes + 15) / 16, value_chunks = (value_bytes + 15) / 16;
-    constexpr int kKeyChunks = Tile::kKeyRowBytes / 16, kValueChunks = Tile::kValueRowBytes / 16;
-    if (key_chunks < kKeyChunks)
-      for (int i = tid; i < stages * KS * kKeyChunks; i += Tile::kThreads) {
-        const int chunk = i % kKeyChunks, row = (i / kKeyChunks) % KS, stage = i / (kKeyChunks * KS);
-        if (chunk >= key_chunks)
-          *reinterpret_cast<uint4*>(ring + stage * Tile::kStageBytes + Tile::key_chunk(row, chunk)) = make_uint4(0, 0, 0, 0);
-      }
-    if (value_chunks < kValueChunks)
-      for (int i = tid; i < stages * KS * kValueChunks; i += Tile::kThreads) {
-        const int chunk = i % kValueChunks, row = (i / kValueChunks) % KS, stage = i / (kValueChunks * KS);
-        if (chunk >= value_chunks)
-          *reinterpret_cast<uint4*>(ring + stage * Tile::kStageBytes + KS * Tile::kKeyRowBytes +
-                                    Tile::value_chunk(row, chunk)) = make_uint4(0, 0, 0, 0);
-      }
   }
   __syncthreads();
 
