@@ -13,6 +13,12 @@ FG_HOST_DEVICE bool visible(int i, int j, int len, int window) {
   return (j <= i) & (i < len) & ((window < 0) | (i - j < window));
 }
 
+// visible() for a query inside the sequence (i < len) as one unsigned compare of the distance d = i - j:
+// 0 <= d < window, or 0 <= d without a window. Kernels that mask a whole tile keep d per thread and add
+// constant offsets, instead of evaluating visible() per score.
+FG_HOST_DEVICE unsigned distance_bound(int window) { return window < 0 ? 0x80000000u : static_cast<unsigned>(window); }
+FG_HOST_DEVICE bool visible_at_distance(int d, unsigned bound) { return static_cast<unsigned>(d) < bound; }
+
 // Keys [begin, end) that any query of rows [row_begin, row_end) may see (empty: begin >= end).
 struct KeySpan {
   int begin = 0, end = 0;
