@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     // dP, then S in kScorePasses column passes, each turned into P (stored) and dS at once: a pass's S
     // accumulators are all that is live next to dP's, which keeps the wide buckets within 255 registers.
     float dp[MS][NT][4];
-    gemm_abt<T, MS, NT>(dp, sdO, sV, LD, s_m0, s_n0, V16 / 16, lane);
+    gemm_abt<T, MS, NT, kFull ? kD / 16 : 0>(dp, sdO, sV, LD, s_m0, s_n0, V16 / 16, lane);
     const RowTerms<MS> rt = row_terms_of<MS, kBr>(terms, a.has_gate, s_m0 + g, i0 + s_m0 + g, len);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
     RowSums<MS> sums;
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     for (int pass = 0; pass < kPasses; ++pass) {
       const int n0 = s_n0 + pass * NPS * 8;
       float s[MS][NPS][4];
-      gemm_abt<T, MS, NPS>(s, sQ, sK, LD, s_m0, n0, K16 / 16, lane);
+      gemm_abt<T, MS, NPS, kFull ? kD / 16 : 0>(s, sQ, sK, LD, s_m0, n0, K16 / 16, lane);
       float col_terms[NPS][2];
       col_terms_of(col_terms, terms + 3 * kBr, a.has_gate, n0 + 2 * c);
       probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + n0 + 2 * c, len, a.window);

@@ -104,10 +104,10 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
     const T* sV = sK + kBc * LD;
 
     float s[1][NT][4], dp[1][NT][4];
-    gemm_abt<T, 1, NT>(s, sQ, sK, LD, s_m0, s_n0, p.K16 / 16, lane);
+    gemm_abt<T, 1, NT, 0>(s, sQ, sK, LD, s_m0, s_n0, p.K16 / 16, lane);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
     probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window);
-    gemm_abt<T, 1, NT>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
+    gemm_abt<T, 1, NT, 0>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
     grads(dp, s, 0, rt, sums);
     store_fragment<T, 1, NT>(sdS, LDS, dp, s_m0, s_n0, lane);
     __syncthreads();

@@ -85,13 +85,13 @@ __device__ __forceinline__ void zero(float (&x)[M][N][4]) {
 // consecutive MMAs never wait on each other and every fetched fragment feeds several MMAs.
 
 // acc (MT*16 x NT*8) = A[m0.., :] * B[n0.., :]^T over k_steps * 16 columns: A row-major [m][k], B row-major
-// [n][k] (S = Q K^T, dP = dO V^T).
-template <class T, int MT, int NT>
+// [n][k] (S = Q K^T, dP = dO V^T). kSteps > 0: k_steps is that compile-time count, unrolled by two so two
+// k-steps' ldmatrix issue back to back before their MMAs (a full unroll hoists more fragments than the
+// 255 registers hold next to the dK/dV accumulators); 0: a run-time loop, one k-step at a time.
+template <class T, int MT, int NT, int kSteps>
 __device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], const T* a_tile, const T* b_tile, int stride,
                                          int m0, int n0, int k_steps, int lane) {
-  zero(acc);
-#pragma unroll 1
-  for (int kk = 0; kk < k_steps; ++kk) {
+  auto k_step = [&](int kk) {
     uint32_t a[MT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) load_a(a[mt], a_tile, stride, m0 + mt * 16, kk * 16, lane);
@@ -108,6 +108,14 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], const T* a_til
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) ptx::mma_16816<T>(acc[mt][NT - 1], a[mt], b);
     }
+  };
+  zero(acc);
+  if constexpr (kSteps > 0) {
+#pragma unroll 2
+    for (int kk = 0; kk < kSteps; ++kk) k_step(kk);
+  } else {
+#pragma unroll 1
+    for (int kk = 0; kk < k_steps; ++kk) k_step(kk);
   }
 }
 
