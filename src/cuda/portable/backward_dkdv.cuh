@@ -154,18 +154,17 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     const bool head_begins = it % tiles_per_head == 0, head_ends = it % tiles_per_head == tiles_per_head - 1;
     const int64_t base = p.row_index(seq.batch, h, seq.start);
 
-    __syncthreads();  // the previous step's readers of its Q/dO stage and of sP, sdS are done
+    // One barrier per step with two stages: this step's tiles were issued during the previous step, and
+    // after the barrier every reader of the previous step's stage and of sP, sdS is done, so the next
+    // step's copies into that stage can start right away and fly during this step's GEMMs.
     const int stage = stages == 2 ? it % 2 : 0;
     if (stages == 1) {
+      __syncthreads();  // the previous step's readers of the stage and of sP, sdS are done
       load_step(it, 0);
-      ptx::cp_async_wait<0>();
-    } else if (it + 1 < steps) {
-      load_step(it + 1, stage ^ 1);  // prefetch into the stage the previous step used
-      ptx::cp_async_wait<1>();
-    } else {
-      ptx::cp_async_wait<0>();
     }
+    ptx::cp_async_wait<0>();
     __syncthreads();
+    if (stages == 2 && it + 1 < steps) load_step(it + 1, stage ^ 1);
     const T* sQ = stage_q(stage);
     const T* sdO = sQ + kBr * LD;
     const float* terms = stage_terms(stage);
