@@ -82,7 +82,6 @@ struct PagedTile {
   __host__ __device__ static constexpr int value_chunk(int row, int chunk) {
     return row * kValueRowBytes + ((chunk ^ (((row >> 1) & 3) << 1)) << 4);
   }
-
   static constexpr int smem_bytes(int stages) {
     const int pipe = stages * kStageBytes;
     return kRowInfoBytes + kQBytes + (pipe > kReduceBytes ? pipe : kReduceBytes);
@@ -204,20 +203,30 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   const int num_tiles = slice.end > slice.begin ? (slice.end - slice.begin + KS - 1) / KS : 0;
 
   // Stage loader: warp w copies stage rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp); lane i looks row i
-  // up (block table, scales) once and the lanes that copy the row get its offsets by shuffle.
+  // up (block table, scales) once and the lanes that copy the row get its address by shuffle. Stages are
+  // loaded in tile order, so the loader keeps its own key and ring slot, and fetches the block-table entry
+  // of its next row one stage early (the copy then never waits on a table load).
   constexpr int kRowsPerWarp = KS / Tile::kWarps;
   const int key_bytes = p.K * Tile::kBytes, value_bytes = p.V * Tile::kBytes;
   const unsigned char* kbase = static_cast<const unsigned char*>(p.k);
   const unsigned char* vbase = static_cast<const unsigned char*>(p.v);
   const paged_detail::WarpRowCopy<Tile::kKeyRowBytes / 16, kRowsPerWarp> copy_keys(key_bytes, lane);
   const paged_detail::WarpRowCopy<Tile::kValueRowBytes / 16, kRowsPerWarp> copy_values(value_bytes, lane);
-  auto load_stage = [&](int tile) {
-    unsigned char* stage = ring + (tile % stages) * Tile::kStageBytes;
+  const bool loader_lane = lane < kRowsPerWarp;
+  int load_key = slice.begin + warp * kRowsPerWarp + lane;  // this lane's row in the next stage to load
+  int load_slot = 0;
+  KeyPage next_page = loader_lane && load_key < slice.end ? key_page(p, rb.seq, load_key) : KeyPage{};
+  auto load_stage = [&]() {
+    unsigned char* stage = ring + load_slot * Tile::kStageBytes;
     unsigned char* vstage = stage + KS * Tile::kKeyRowBytes;
+    load_slot = load_slot + 1 == stages ? 0 : load_slot + 1;
+    const int j = load_key;
+    const KeyPage page = next_page;
+    load_key += KS;
+    if (loader_lane && load_key < slice.end) next_page = key_page(p, rb.seq, load_key);
     const int row0 = warp * kRowsPerWarp;
-    const int j = slice.begin + tile * KS + row0 + lane;
     KeyRow kr;
-    const bool ok = lane < kRowsPerWarp && j < slice.end && locate_key(p, rb.seq, kv_head, j, kr);
+    const bool ok = loader_lane && j < slice.end && locate_key(p, rb.seq, kv_head, j, page, kr);
     const uint32_t live = __ballot_sync(0xffffffffu, ok);
     copy_keys(stage, ok ? kbase + kr.k_off * Tile::kBytes : kbase, live, row0,
               [](int row, int chunk) { return Tile::key_chunk(row, chunk); });
@@ -226,9 +235,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     if constexpr (Tile::kScaleSlots) {
       // Per-token scales next to the rows; a key that is not loaded gets scale 0 (its column is masked).
       float* scales = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + row0 + lane;
-      if (lane < kRowsPerWarp && p.k_scale_mode == CacheScale::per_token)
+      if (loader_lane && p.k_scale_mode == CacheScale::per_token)
         ptx::cp_async_4(scales, ok ? p.k_scale + scale_offset(p.k_scale_strides, kr, kv_head) : p.k_scale, ok ? 4 : 0);
-      if (lane < kRowsPerWarp && p.v_scale_mode == CacheScale::per_token)
+      if (loader_lane && p.v_scale_mode == CacheScale::per_token)
         ptx::cp_async_4(scales + KS, ok ? p.v_scale + scale_offset(p.v_scale_strides, kr, kv_head) : p.v_scale,
                         ok ? 4 : 0);
     }
@@ -237,7 +246,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   // The first stages go out before anything else: staging the rows and query fragments below then costs
   // no time of its own (it overlaps their latency).
   for (int t = 0; t < stages - 1; ++t) {
-    if (t < num_tiles) load_stage(t);
+    if (t < num_tiles) load_stage();
     ptx::cp_async_commit();
   }
 
@@ -302,13 +311,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
 #pragma unroll
   for (int i = 0; i < Tile::kValueTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
 
-  for (int tile = 0; tile < num_tiles; ++tile) {
-    if (tile + stages - 1 < num_tiles) load_stage(tile + stages - 1);
+  for (int tile = 0, read_slot = 0; tile < num_tiles; ++tile, read_slot = read_slot + 1 == stages ? 0 : read_slot + 1) {
+    if (tile + stages - 1 < num_tiles) load_stage();
     ptx::cp_async_commit();
     paged_detail::wait_oldest_stage(stages);
     __syncthreads();
 
-    const unsigned char* kst = ring + (tile % stages) * Tile::kStageBytes;
+    const unsigned char* kst = ring + read_slot * Tile::kStageBytes;
     const unsigned char* vst = kst + KS * Tile::kKeyRowBytes;
     const float* kscales = reinterpret_cast<const float*>(vst + KS * Tile::kValueRowBytes);
     const float* vscales = kscales + KS;
@@ -340,7 +349,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
       }
     }
 
-    // Scale, gate, mask; then the online softmax per row.
+    // Scale and mask; then the gate (decode with g only); then the online softmax per row.
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
@@ -350,11 +359,21 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
 #pragma unroll
         for (int rs = 0; rs < 2; ++rs) {
           const bool vis = j < slice.end && j <= row_pos[rs] && j >= row_lo[rs];
-          float x = s[nt][2 * rs + e] * col_mul;
-          if (p.gate_bias && vis) x += p.gate_bias[gate_row[rs] + j];
-          s[nt][2 * rs + e] = vis ? x : -INFINITY;
+          s[nt][2 * rs + e] = vis ? s[nt][2 * rs + e] * col_mul : -INFINITY;
         }
       }
+    }
+    if (p.gate_bias) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int rs = 0; rs < 2; ++rs) {
+            const int j = key0 + nt * 8 + 2 * c + e;
+            if (j < slice.end && j <= row_pos[rs] && j >= row_lo[rs])
+              s[nt][2 * rs + e] += p.gate_bias[gate_row[rs] + j];
+          }
     }
     float factor[2];
 #pragma unroll

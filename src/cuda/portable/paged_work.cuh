@@ -144,15 +144,31 @@ struct KeyRow {
   int64_t block = 0, slot = 0;
 };
 
+// Paged: the block-table entry of key j's page (-1 past the table) and j's slot in it. Its load is the one
+// global round trip of a key's lookup, so the serving kernel fetches it a stage ahead of the copy.
+struct KeyPage {
+  int block = 0, slot = 0;
+};
+
+__device__ __forceinline__ KeyPage key_page(const ServingParams& p, const SequenceKeys& s, int j) {
+  KeyPage page;
+  if (!p.block_table) return page;
+  const int page_index = j / p.block_size;
+  page.slot = j - page_index * p.block_size;
+  page.block = page_index < p.max_blocks
+                   ? p.block_table[s.n * p.table_row_stride + static_cast<int64_t>(page_index) * p.table_col_stride]
+                   : -1;
+  return page;
+}
+
+// `page` is key_page(p, s, j) (unused for decode).
 __device__ __forceinline__ bool locate_key(const ServingParams& p, const SequenceKeys& s, int kv_head, int j,
-                                           KeyRow& row) {
+                                           KeyPage page, KeyRow& row) {
   if (p.block_table) {
-    const int64_t page_index = j / p.block_size;
-    if (page_index >= p.max_blocks) return false;
-    const int64_t block = p.block_table[s.n * p.table_row_stride + page_index * p.table_col_stride];
+    const int64_t block = page.block;
     if (block < 0 || block >= p.num_blocks) return false;
     row.block = block;
-    row.slot = j - page_index * p.block_size;
+    row.slot = page.slot;
     row.k_off = block * p.k_block_stride + row.slot * p.k_slot_stride + kv_head * p.k_head_stride;
     row.v_off = block * p.v_block_stride + row.slot * p.v_slot_stride + kv_head * p.v_head_stride;
     return true;
@@ -161,6 +177,11 @@ __device__ __forceinline__ bool locate_key(const ServingParams& p, const Sequenc
   row.k_off = t * p.k_slot_stride + kv_head * p.k_head_stride;
   row.v_off = t * p.v_slot_stride + kv_head * p.v_head_stride;
   return true;
+}
+
+__device__ __forceinline__ bool locate_key(const ServingParams& p, const SequenceKeys& s, int kv_head, int j,
+                                           KeyRow& row) {
+  return locate_key(p, s, kv_head, j, key_page(p, s, j), row);
 }
 
 __device__ __forceinline__ int64_t scale_offset(const int64_t (&strides)[3], const KeyRow& row, int kv_head) {
