@@ -71,6 +71,7 @@ struct PagedTile {
 
   static_assert(KP % Frag::kDimsPerKeyRound == 0, "key dims must fill whole 16-byte lane loads");
   static_assert(VW % (8 * E) == 0 && kValueRowBytes % 128 == 0, "value dims must fill whole rounds");
+  static_assert(VP % 32 == 0, "reduce_col permutes dims within aligned groups of 32");
   static_assert(WV * WK == kWarps, "warps must tile keys x value dims");
 
   // Byte offset of 16-byte chunk `chunk` of key row `row` in a stage (pairs of rows alternate 64-byte halves,
@@ -82,6 +83,11 @@ struct PagedTile {
   __host__ __device__ static constexpr int value_chunk(int row, int chunk) {
     return row * kValueRowBytes + ((chunk ^ (((row >> 1) & 3) << 1)) << 4);
   }
+  // Column of value dim d of row r in the cross-warp merge buffer ([WK][16][VP] floats). An accumulator store
+  // covers 8 rows x 4 lane columns whose dims lie 8 or 16 apart, i.e. 2 banks unswizzled (16-way conflicts);
+  // permuting dim bits 0-4 by the row (bits 0-2) and by dim bits 5-6 (bits 3-4) spreads it over all 32.
+  __host__ __device__ static constexpr int reduce_col(int r, int d) { return d ^ ((r & 7) | (((d >> 5) & 3) << 3)); }
+
   static constexpr int smem_bytes(int stages) {
     const int pipe = stages * kStageBytes;
     return kRowInfoBytes + kQBytes + (pipe > kReduceBytes ? pipe : kReduceBytes);
@@ -473,7 +479,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int d = Frag::value_dim(wv * VW + round * 8 * E, 2 * c + e, t);
-          red[(wk * Tile::kRows + r) * VP + d] = acc[round * E + t][2 * rs + e] * factor;
+          red[(wk * Tile::kRows + r) * VP + Tile::reduce_col(r, d)] = acc[round * E + t][2 * rs + e] * factor;
         }
   }
   if (tid < Tile::kRows) {
@@ -503,7 +509,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     if (head < 0) continue;
     float x = 0.f;
 #pragma unroll
-    for (int w = 0; w < Tile::WK; ++w) x += red[(w * Tile::kRows + r) * VP + d];
+    for (int w = 0; w < Tile::WK; ++w) x += red[(w * Tile::kRows + r) * VP + Tile::reduce_col(r, d)];
     x *= row_scale[r];
     if (partial) {
       const int64_t row = (static_cast<int64_t>(split) * p.total_q + rows->q_row[r]) * p.HQ + head;
