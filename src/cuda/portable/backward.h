@@ -34,7 +34,9 @@
 // mismatch between the forward's lse and the recomputed P, ~1e-4 per row with long gated sequences).
 //
 // Head dims: one instantiation per (dtype, bucket) with bucket = 64/128/256/512 >= max(K, V) rounded up to
-// 16; smaller dims run masked inside the bucket (zero-filled columns, skipped MMA steps). The register
+// 16; smaller dims run masked inside the bucket (zero-filled columns, skipped MMA steps). The dK/dV kernel
+// has a second variant for dims that fill the bucket (kFull): no column guards, so its GEMMs are
+// straight-line code whose ldmatrix the compiler overlaps with the MMAs. The register
 // accumulators cover `slice` columns of dK/dV (dq); wider heads are split over the grid by column slice
 // and recompute S/dP per slice. fp32 inputs (and GPUs whose shared memory is too small for a bucket's
 // tiles) take a SIMT path (backward_simt.cu): a warp per query row (dq, E) and a warp per key row (dk, dv,
