@@ -69,8 +69,8 @@ def time_training(fwd, t, skip_backward):
     return res
 
 
-def run_training(args, contenders):
-    results = []
+def run_training(args, contenders, results):
+    """Appends one entry per row to `results` (so an interrupted run keeps the rows it finished)."""
     for row in TRAINING_ROWS:
         if args.rows and args.rows not in row.name:
             continue
@@ -110,7 +110,6 @@ def run_training(args, contenders):
         del t
         torch.cuda.empty_cache()
         results.append(entry)
-    return results
 
 
 # ----------------------------------------------------------------------------------------------- serving
@@ -261,10 +260,11 @@ def main():
         contenders["FLA Triton"] = peers.fla_training(args.fla)
     try:
         if args.only != "serving":
-            out["training"] = run_training(args, contenders)
+            out["training"] = []
+            run_training(args, contenders, out["training"])
         if args.only != "training":
             out["serving"] = run_serving(args)
-    except Exception:  # noqa: BLE001 - keep what was measured
+    except BaseException:  # noqa: BLE001 - keep what was measured (also on SIGINT from a time limit)
         out["fatal"] = traceback.format_exc()
         log(out["fatal"])
     out["seconds"] = time.time() - started
