@@ -79,8 +79,13 @@ def flex(row, t):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     if row.sink:
         raise CannotRun("FlexAttention has no sink (extra softmax mass) support")
-    if _flex_compiled is None:
-        _flex_compiled = torch.compile(flex_attention, fullgraph=True)
+    # A fresh compile per row: one compiled function across all shapes hits dynamo's recompile limit.
+    # Donated buffers forbid the repeated backward (retain_graph) the timing loop runs.
+    import torch._dynamo
+    import torch._functorch.config
+    torch._dynamo.reset()
+    torch._functorch.config.donated_buffer = False
+    _flex_compiled = torch.compile(flex_attention, fullgraph=True, dynamic=False)
     q, k, v = (_bhtd(t[n]).requires_grad_(t[n].requires_grad) for n in ("q", "k", "v"))
     B, T = q.shape[0], q.shape[2]
     W = row.window
