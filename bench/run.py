@@ -64,8 +64,10 @@ def time_training(fwd, t, skip_backward):
         return res
     grads = [x for x in (t["q"], t["k"], t["v"], t.get("g"), t.get("sink")) if x is not None]
     o = fwd()
-    res["bwd_ms"] = measure.median_ms(lambda: torch.autograd.grad(o, grads, t["do"], retain_graph=True))
-    res["fwdbwd_ms"] = measure.median_ms(lambda: torch.autograd.grad(fwd(), grads, t["do"]))
+    # allow_unused: a peer may not differentiate every input (flex takes the gate as a constant score_mod).
+    res["bwd_ms"] = measure.median_ms(
+        lambda: torch.autograd.grad(o, grads, t["do"], retain_graph=True, allow_unused=True))
+    res["fwdbwd_ms"] = measure.median_ms(lambda: torch.autograd.grad(fwd(), grads, t["do"], allow_unused=True))
     return res
 
 
