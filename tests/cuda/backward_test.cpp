@@ -17,6 +17,7 @@
 #include "flashgate/flashgate.h"
 #include "harness/cases.h"
 #include "support/compare.h"
+#include "support/gpu_run.h"
 
 namespace {
 
@@ -24,6 +25,8 @@ using flashgate::Backend;
 using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
+using fgtest::on;
+using fgtest::seed_note;
 using flashgate::harness::AttentionCase;
 using flashgate::harness::AttentionConfig;
 using flashgate::harness::OwnedTensor;
@@ -35,12 +38,6 @@ double tolerance_for(const AttentionConfig& cfg) {
   const double default_scale = 1.0 / std::sqrt(static_cast<double>(cfg.head_dim));
   if (cfg.dtype == DType::bf16 && cfg.scale && *cfg.scale > default_scale * (1 + 1e-6)) return 0.01;
   return kTol;
-}
-
-Launch on(Backend b) {
-  Launch l;
-  l.backend = b;
-  return l;
 }
 
 // o and lse on the device: the CUDA forward if the cuda backend runs it, else the reference's.

@@ -15,6 +15,7 @@
 #include "flashgate/flashgate.h"
 #include "harness/cases.h"
 #include "support/compare.h"
+#include "support/gpu_run.h"
 
 namespace {
 
@@ -22,17 +23,13 @@ using flashgate::Backend;
 using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
+using fgtest::on;
+using fgtest::seed_note;
 using flashgate::harness::DecodeCase;
 using flashgate::harness::DecodeConfig;
 using flashgate::harness::OwnedTensor;
 
 constexpr double kTolerance = 0.005;
-
-Launch on(Backend b) {
-  Launch l;
-  l.backend = b;
-  return l;
-}
 
 class ForcedSplits {
  public:
@@ -40,9 +37,7 @@ class ForcedSplits {
   ~ForcedSplits() { unsetenv("FLASHGATE_NUM_SPLITS"); }
 };
 
-std::string note(uint64_t seed, const DecodeConfig& cfg) {
-  return cfg.describe() + " (seed " + std::to_string(seed) + ", FLASHGATE_SEED replays it)";
-}
+const auto run_decode = [](const flashgate::DecodeArgs& a, const Launch& l) { flashgate::decode(a, l); };
 
 struct Reference {
   DecodeCase host;
@@ -52,23 +47,15 @@ struct Reference {
 Reference reference(const DecodeConfig& cfg, uint64_t seed) {
   flashgate::harness::Rng rng(seed);
   Reference r{DecodeCase::random(cfg, rng), {}};
-  DecodeCase ref = r.host.to_f64();
-  flashgate::decode(ref.args(), on(Backend::cpu));
-  r.o = ref.o;
+  r.o = fgtest::fp64_output(r.host, run_decode);
   return r;
 }
 
-OwnedTensor run_gpu(const DecodeCase& host) {
-  DecodeCase dev = host.to(Device::cuda);
-  dev.poison_outputs();
-  flashgate::decode(dev.args(), on(Backend::cuda));
-  flashgate::harness::device_synchronize();
-  return dev.o.to(Device::cpu);
-}
+OwnedTensor run_gpu(const DecodeCase& host) { return fgtest::gpu_output(host, run_decode); }
 
 void check_decode(const DecodeConfig& cfg) {
   const uint64_t seed = flashgate::harness::fresh_seed();
-  SCOPED_TRACE(note(seed, cfg));
+  SCOPED_TRACE(seed_note(seed, cfg));
   const Reference r = reference(cfg, seed);
   fgtest::expect_close("o", run_gpu(r.host), r.o, kTolerance);
 }
@@ -207,7 +194,7 @@ TEST(DecodeCuda, EverySplitCountAgrees) {
   c.window = 1500;
   c.seqlens = {3, 100, 2500, 4000, 0};
   const uint64_t seed = flashgate::harness::fresh_seed();
-  SCOPED_TRACE(note(seed, c));
+  SCOPED_TRACE(seed_note(seed, c));
   const Reference r = reference(c, seed);
   OwnedTensor unsplit;
   {
@@ -234,7 +221,7 @@ TEST(DecodeCuda, BadOffsetsAreNeverDereferenced) {
       c.gate = true;
       c.seqlens = {100, 1, 257, 0, 64};
       const uint64_t seed = flashgate::harness::fresh_seed();
-      SCOPED_TRACE(note(seed, c) + " splits " + std::to_string(splits));
+      SCOPED_TRACE(seed_note(seed, c) + " splits " + std::to_string(splits));
       flashgate::harness::Rng rng(seed);
       DecodeCase host = DecodeCase::random(c, rng);
       host.cu_seqlens.set_values({0, 300, 5, 1 << 30, -9, 422});

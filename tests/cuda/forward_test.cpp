@@ -18,6 +18,7 @@
 #include "flashgate/flashgate.h"
 #include "harness/cases.h"
 #include "support/compare.h"
+#include "support/gpu_run.h"
 
 namespace {
 
@@ -25,6 +26,8 @@ using flashgate::Backend;
 using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
+using fgtest::on;
+using fgtest::seed_note;
 using flashgate::harness::AttentionCase;
 using flashgate::harness::AttentionConfig;
 using flashgate::harness::OwnedTensor;
@@ -33,16 +36,6 @@ double tolerance_for(const AttentionConfig& cfg) {
   const double default_scale = 1.0 / std::sqrt(static_cast<double>(cfg.head_dim));
   if (cfg.dtype == DType::bf16 && cfg.scale && *cfg.scale > default_scale * (1 + 1e-6)) return 0.01;
   return 0.005;
-}
-
-Launch on(Backend b) {
-  Launch l;
-  l.backend = b;
-  return l;
-}
-
-std::string seed_note(uint64_t seed, const AttentionConfig& cfg) {
-  return cfg.describe() + " (seed " + std::to_string(seed) + ", FLASHGATE_SEED replays it)";
 }
 
 // Reference on the host, cuda on the device copy of the same inputs; compares o and (when asked) lse.

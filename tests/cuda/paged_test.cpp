@@ -20,6 +20,7 @@
 #include "flashgate/flashgate.h"
 #include "harness/cases.h"
 #include "support/compare.h"
+#include "support/gpu_run.h"
 
 namespace {
 
@@ -27,6 +28,8 @@ using flashgate::Backend;
 using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
+using fgtest::on;
+using fgtest::seed_note;
 using flashgate::detail::ScaleMode;
 using flashgate::harness::OwnedTensor;
 using flashgate::harness::PagedCase;
@@ -35,18 +38,14 @@ using flashgate::harness::PagedConfig;
 constexpr double kTolerance = 0.005;
 constexpr double kBiasTolerance = 5e-4;
 
-Launch on(Backend b) {
-  Launch l;
-  l.backend = b;
-  return l;
-}
-
 // Sets FLASHGATE_NUM_SPLITS for one scope (the serving kernels' forced split count).
 class ForcedSplits {
  public:
   explicit ForcedSplits(int n) { setenv("FLASHGATE_NUM_SPLITS", std::to_string(n).c_str(), 1); }
   ~ForcedSplits() { unsetenv("FLASHGATE_NUM_SPLITS"); }
 };
+
+const auto run_paged = [](const flashgate::PagedArgs& a, const Launch& l) { flashgate::paged_attention(a, l); };
 
 struct Reference {
   PagedCase host;  // the inputs, on the host
@@ -56,20 +55,12 @@ struct Reference {
 Reference reference(const PagedConfig& cfg, uint64_t seed) {
   flashgate::harness::Rng rng(seed);
   Reference r{PagedCase::random(cfg, rng), {}};
-  PagedCase ref = r.host.to_f64();
-  flashgate::paged_attention(ref.args(), on(Backend::cpu));
-  r.o = ref.o;
+  r.o = fgtest::fp64_output(r.host, run_paged);
   return r;
 }
 
 // The cuda backend's output for the host case (poisoned output, device copy).
-OwnedTensor run_gpu(const PagedCase& host) {
-  PagedCase dev = host.to(Device::cuda);
-  dev.poison_outputs();
-  flashgate::paged_attention(dev.args(), on(Backend::cuda));
-  flashgate::harness::device_synchronize();
-  return dev.o.to(Device::cpu);
-}
+OwnedTensor run_gpu(const PagedCase& host) { return fgtest::gpu_output(host, run_paged); }
 
 // The SPEC's output bias of `out` minus that of the reference rounded to out's dtype: the part the kernel's
 // arithmetic adds. The rounding of the output alone is noise of the raw metric, and in small cases it is not
@@ -93,13 +84,9 @@ void expect_matches(const OwnedTensor& out, const OwnedTensor& ref, const PagedC
   }
 }
 
-std::string note(uint64_t seed, const PagedConfig& cfg) {
-  return cfg.describe() + " (seed " + std::to_string(seed) + ", FLASHGATE_SEED replays it)";
-}
-
 void check_paged(const PagedConfig& cfg) {
   const uint64_t seed = flashgate::harness::fresh_seed();
-  SCOPED_TRACE(note(seed, cfg));
+  SCOPED_TRACE(seed_note(seed, cfg));
   const Reference r = reference(cfg, seed);
   expect_matches(run_gpu(r.host), r.o, cfg);
 }
@@ -331,7 +318,7 @@ TEST(PagedCuda, HeadMajorCacheThroughStrides) {
     c.query_lens = {3, 4, 1};
     if (use_fp8) c = fp8(c, ScaleMode::per_token);
     const uint64_t seed = flashgate::harness::fresh_seed();
-    SCOPED_TRACE(note(seed, c));
+    SCOPED_TRACE(seed_note(seed, c));
     const Reference r = reference(c, seed);
     PagedCase dev = r.host.to(Device::cuda);
     dev.poison_outputs();
@@ -385,7 +372,7 @@ TEST(PagedCuda, EverySplitCountAgrees) {
     c.query_lens = {1, 4, 3, 1, 0};
     if (use_fp8) c = fp8(c, ScaleMode::per_token);
     const uint64_t seed = flashgate::harness::fresh_seed();
-    SCOPED_TRACE(note(seed, c));
+    SCOPED_TRACE(seed_note(seed, c));
     const Reference r = reference(c, seed);
     OwnedTensor unsplit;
     {
@@ -426,7 +413,7 @@ TEST(PagedCuda, BadIndicesAreNeverDereferenced) {
       PagedConfig c = base(d);
       c.nan_unused = false;
       const uint64_t seed = flashgate::harness::fresh_seed();
-      SCOPED_TRACE(note(seed, c) + " splits " + std::to_string(splits));
+      SCOPED_TRACE(seed_note(seed, c) + " splits " + std::to_string(splits));
       flashgate::harness::Rng rng(seed);
       PagedCase host = PagedCase::random(c, rng);
       std::vector<double> table = host.block_table.values();
@@ -454,7 +441,7 @@ TEST(PagedCuda, CudaGraphCaptureWithWorkspace) {
   c.context_lens = {5000, 3};
   c.query_lens = {4, 3};
   const uint64_t seed = flashgate::harness::fresh_seed();
-  SCOPED_TRACE(note(seed, c));
+  SCOPED_TRACE(seed_note(seed, c));
   const Reference r = reference(c, seed);
   PagedCase dev = r.host.to(Device::cuda);
   dev.poison_outputs();

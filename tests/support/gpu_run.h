@@ -1,0 +1,43 @@
+// What the GPU test files share: a Launch on one backend, the seed note of a failure, and the two halves of
+// a comparison (the fp64 reference on the host, the cuda backend on a device copy of the same inputs).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "flashgate/flashgate.h"
+#include "harness/owned_tensor.h"
+
+namespace fgtest {
+
+inline flashgate::Launch on(flashgate::Backend b) {
+  flashgate::Launch l;
+  l.backend = b;
+  return l;
+}
+
+// "<case> (seed N, FLASHGATE_SEED replays it)": every failure names the inputs it saw.
+template <class Config>
+std::string seed_note(uint64_t seed, const Config& cfg) {
+  return cfg.describe() + " (seed " + std::to_string(seed) + ", FLASHGATE_SEED replays it)";
+}
+
+// `o` of the fp64 reference: `op(args, launch)` on the cpu backend over a float64 copy of `host`.
+template <class Case, class Op>
+flashgate::harness::OwnedTensor fp64_output(const Case& host, Op op) {
+  Case ref = host.to_f64();
+  op(ref.args(), on(flashgate::Backend::cpu));
+  return ref.o;
+}
+
+// `o` of the cuda backend on a device copy of `host` (outputs poisoned first), copied back to the host.
+template <class Case, class Op>
+flashgate::harness::OwnedTensor gpu_output(const Case& host, Op op) {
+  Case dev = host.to(flashgate::Device::cuda);
+  dev.poison_outputs();
+  op(dev.args(), on(flashgate::Backend::cuda));
+  flashgate::harness::device_synchronize();
+  return dev.o.to(flashgate::Device::cpu);
+}
+
+}  // namespace fgtest
