@@ -12,10 +12,10 @@
 //                                P = exp(s - lse), dP = dO V^T, dS = P (dP - D), accumulates dV += P^T dO and
 //                                dK += dS^T Q in registers, and (default mode) adds dQ += dS K into an fp32
 //                                workspace with atomics, and E[i] = sum_j P dP and mass[i] = sum_j P into
-//                                fp32 row buffers. Step shapes follow FlashAttention-2 (128 keys x 64 rows
-//                                at D64/D128, 64 x 64 at D256; TileConfig in backward_params.h) with 32-row
-//                                warp tiles; the step's lse/D/Gc terms ride in shared memory with Q/dO so the
-//                                dK/dV accumulators and S/dP fit 255 registers.
+//                                fp32 row buffers. Step shapes follow FlashAttention-2 (128 keys x 128 rows
+//                                at D64, 128 x 64 at D128, 64 x 64 at D256; TileConfig in backward_params.h)
+//                                with 32-row warp tiles; the step's lse/D/Gc terms ride in shared memory with
+//                                Q/dO so the dK/dV accumulators and S/dP fit 255 registers.
 //            backward_dq.cuh     deterministic mode only: query-major MMA kernel, one CTA per (query tile,
 //                                query head[, slice]), looping over key tiles in a fixed order; writes dq,
 //                                E and mass without atomics; the key-major kernel then runs without its dQ/E

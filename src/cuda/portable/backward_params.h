@@ -45,15 +45,18 @@ struct BackwardParams {
 //                           Warp tiles of 32 x 32 or more (two m16 tiles) give each warp 8-16 independent
 //                           MMAs per operand fetch, which halves the ldmatrix traffic per MMA against 16-row
 //                           warp tiles, and 128-key CTAs halve the Q/dO loads and dQ atomics per FLOP
-//                           (FlashAttention-2's 64 x 128 step for D <= 128);
+//                           (FlashAttention-2's steps: 128 x 128 at D64, where 64-row steps left the short
+//                           GEMMs too little work per barrier and row-term setup; 128 x 64 at D128).
+//                           kScorePasses: S in column passes next to dP (registers; D64 needs 4 to stay
+//                           spill-free on sm_80 with 128-row steps);
 //   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns;
 //                           kMinBlocksDq CTAs per SM (2 fit in 128 registers without spills at D64/D128).
 template <int kD>
 struct TileConfig;
 template <>
 struct TileConfig<64> {
-  static constexpr int kBc = 128, kBr = 64, kSliceKV = 64, kScoreWarpRows = 2, kKvWarpRows = 4, kDqWarpRows = 4,
-                       kDqChunk = 32, kScorePasses = 1;
+  static constexpr int kBc = 128, kBr = 128, kSliceKV = 64, kScoreWarpRows = 4, kKvWarpRows = 4, kDqWarpRows = 4,
+                       kDqChunk = 32, kScorePasses = 4;
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 64, kMinBlocksDq = 2;
 };
 template <>
