@@ -1,6 +1,7 @@
 // The backward's post-kernels: dq from its fp32 accumulator, dk/dv from head-part partials, the gate
 // gradient by per-sequence suffix sum, and the sink gradient. All sums run in a fixed order.
 #include <cmath>
+#include <cstdint>
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/element.h"
@@ -12,17 +13,35 @@ namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
-// One warp per (b, query head, t) row: dq[b, t, h, :] = scale * dq_acc[row, :] (rows in row_index order).
-template <class T>
-__global__ void __launch_bounds__(kThreads) dq_convert_kernel(BackwardParams p, int64_t rows) {
-  const int lane = threadIdx.x % 32;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; r < rows; r += stride) {
-    const int64_t t = r % p.a.T, bh = r / p.a.T, h = bh % p.a.HQ, b = bh / p.a.HQ;
-    const float* src = p.dq_acc + r * p.K16;
+// dq[b, t, h, :] = scale * dq_acc[row, :], one row per group of kLanes threads (for_each_row_group).
+// `vec`: dq rows and the accumulator are 16-byte aligned and K is a whole number of 16-byte chunks of T, so
+// a lane converts a 16-byte chunk at a time (one 16-byte store, not eight 2-byte ones).
+template <class T, int kLanes>
+__global__ void __launch_bounds__(kThreads) dq_convert_kernel(BackwardParams p, bool vec) {
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
+  const int K = p.a.K;
+  const float scale = p.a.scale;
+  for_each_row_group<kLanes, kThreads>(p.a.B, p.a.HQ, p.a.T, [&](int64_t b, int64_t h, int64_t t, int lane) {
+    if (t >= p.a.T) return;
+    const float* src = p.dq_acc + p.row_index(b, h, t) * p.K16;
     T* dst = p.dq.row<T>(b, t, h);
-    for (int d = lane; d < p.a.K; d += 32) dst[d] = from_float<T>(p.a.scale * src[d]);
-  }
+    if (!vec) {
+      for (int d = lane; d < K; d += kLanes) dst[d] = from_float<T>(scale * src[d]);
+      return;
+    }
+    for (int c = lane * kChunk; c < K; c += kLanes * kChunk) {
+      float x[kChunk];
+#pragma unroll
+      for (int q = 0; q < kChunk / 4; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(src + c + 4 * q);
+        x[4 * q] = v.x, x[4 * q + 1] = v.y, x[4 * q + 2] = v.z, x[4 * q + 3] = v.w;
+      }
+      alignas(16) T out[kChunk];
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) out[e] = from_float<T>(scale * x[e]);
+      *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(out);
+    }
+  });
 }
 
 // One warp per (b, kv head, t) row: out[b, t, hk, :] = the sum over parts of part[(part, b, hk, t), :],
@@ -108,11 +127,16 @@ __global__ void __launch_bounds__(kThreads) sink_grad_kernel(BackwardParams p) {
 }  // namespace
 
 void launch_dq_convert(const BackwardParams& p, cudaStream_t stream) {
-  const int64_t rows = p.a.B * p.a.HQ * p.a.T;
-  if (rows == 0) return;
+  if (p.a.B * p.a.HQ * p.a.T == 0) return;
   with_element_type(p.a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    dq_convert_kernel<T><<<grid_for(rows, kWarps), kThreads, 0, stream>>>(p, rows);
+    constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
+    const bool vec = p.dq_width >= 16 && p.a.K % kChunk == 0 && reinterpret_cast<uintptr_t>(p.dq_acc) % 16 == 0;
+    with_lanes_per_row(p.a.K, kChunk, [&](auto lanes) {
+      constexpr int kLanes = decltype(lanes)::value;
+      const dim3 grid = row_group_grid(p.a.B * p.a.HQ, p.a.T, kThreads / kLanes);
+      dq_convert_kernel<T, kLanes><<<grid, kThreads, 0, stream>>>(p, vec);
+    });
   });
   FLASHGATE_CHECK_LAUNCH("dq_convert_kernel");
 }

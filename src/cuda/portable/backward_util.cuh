@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/sequence.h"
 
@@ -25,6 +26,44 @@ __device__ __forceinline__ float block_sum(float x, float* scratch /* kThreads /
     for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
   __syncthreads();
   return total;
+}
+
+// The [B][HQ][T] rows (row_index order) handed out one per group of kLanes threads: a block takes
+// kThreads / kLanes consecutive t of one (b, h) per iteration (grid y over b*HQ + h, x over t), so no row
+// needs an index division. The loops are uniform per warp, so every lane reaches the caller's group
+// shuffles; `f(b, h, t, lane_in_group)` must itself skip t >= T.
+template <int kLanes, int kThreads, class F>
+__device__ __forceinline__ void for_each_row_group(int64_t B, int64_t HQ, int64_t T, F&& f) {
+  constexpr int kRows = kThreads / kLanes;
+  const int group = static_cast<int>(threadIdx.x) / kLanes, lane = static_cast<int>(threadIdx.x) % kLanes;
+  for (int64_t bh = blockIdx.y; bh < B * HQ; bh += gridDim.y) {
+    const int64_t b = bh / HQ, h = bh - b * HQ;
+    for (int64_t t0 = int64_t{blockIdx.x} * kRows; t0 < T; t0 += int64_t{gridDim.x} * kRows) f(b, h, t0 + group, lane);
+  }
+}
+
+// Sum over aligned groups of kLanes lanes (a power of two <= 32); every lane of the warp must call it.
+template <int kLanes>
+__device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+  for (int d = kLanes / 2; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
+  return x;
+}
+
+// Calls f(std::integral_constant<int, kLanes>) with the lanes per row for rows of `elems` elements moved in
+// 16-byte chunks of `chunk` elements: enough to cover the row in one pass, up to a warp (8, 16 or 32).
+template <class F>
+void with_lanes_per_row(int elems, int chunk, F&& f) {
+  if (elems <= 8 * chunk) f(std::integral_constant<int, 8>{});
+  else if (elems <= 16 * chunk) f(std::integral_constant<int, 16>{});
+  else f(std::integral_constant<int, 32>{});
+}
+
+// The grid of for_each_row_group for B*HQ x T rows at kThreads / lanes rows per block.
+inline dim3 row_group_grid(int64_t bh, int64_t T, int rows_per_block) {
+  const int64_t x = (T + rows_per_block - 1) / rows_per_block;
+  const auto cap = [](int64_t v, int64_t hi) { return static_cast<unsigned>(v < 1 ? 1 : v > hi ? hi : v); };
+  return dim3(cap(x, int64_t{1} << 20), cap(bh, 65535), 1);
 }
 
 // Blocks for `jobs` units of work at `per_block` units per block, capped so grid-stride loops take over.
