@@ -75,6 +75,23 @@ struct NaiveAttention {
 };
 
 // SPEC §3 and §4 by definition.
+inline NaiveAttention naive_attention(const AttentionCase& c);
+
+// Runs the cpu forward and backward on `c` and compares every output the case has with the naive formulas.
+inline void expect_matches_naive(AttentionCase& c, double tol) {
+  const NaiveAttention want = naive_attention(c);
+  flashgate::attention_forward(c.forward_args(), kCpu);
+  expect_close("o", c.o.values(), want.o, tol);
+  expect_close("lse", c.lse.values(), want.lse, tol);
+  flashgate::attention_backward(c.backward_args(), kCpu);
+  expect_close("dq", c.dq.values(), want.dq, tol);
+  expect_close("dk", c.dk.values(), want.dk, tol);
+  expect_close("dv", c.dv.values(), want.dv, tol);
+  if (c.cfg.gate) expect_close("dg", c.dg.values(), want.dg, tol);
+  if (c.cfg.sink) expect_close("dsink", c.dsink.values(), want.dsink, tol);
+}
+
+// SPEC §3 and §4 by definition.
 inline NaiveAttention naive_attention(const AttentionCase& c) {
   const auto& cfg = c.cfg;
   const int64_t T = cfg.T(), HQ = cfg.heads, H = cfg.kv_heads, K = cfg.head_dim, V = cfg.v_dim, G = HQ / H;

@@ -23,6 +23,7 @@ using flashgate::Backend;
 using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
+using fgtest::ForcedSplits;
 using fgtest::on;
 using fgtest::seed_note;
 using flashgate::harness::DecodeCase;
@@ -31,11 +32,6 @@ using flashgate::harness::OwnedTensor;
 
 constexpr double kTolerance = 0.005;
 
-class ForcedSplits {
- public:
-  explicit ForcedSplits(int n) { setenv("FLASHGATE_NUM_SPLITS", std::to_string(n).c_str(), 1); }
-  ~ForcedSplits() { unsetenv("FLASHGATE_NUM_SPLITS"); }
-};
 
 const auto run_decode = [](const flashgate::DecodeArgs& a, const Launch& l) { flashgate::decode(a, l); };
 

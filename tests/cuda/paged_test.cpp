@@ -28,6 +28,7 @@ using flashgate::Backend;
 using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
+using fgtest::ForcedSplits;
 using fgtest::on;
 using fgtest::seed_note;
 using flashgate::detail::ScaleMode;
@@ -38,12 +39,6 @@ using flashgate::harness::PagedConfig;
 constexpr double kTolerance = 0.005;
 constexpr double kBiasTolerance = 5e-4;
 
-// Sets FLASHGATE_NUM_SPLITS for one scope (the serving kernels' forced split count).
-class ForcedSplits {
- public:
-  explicit ForcedSplits(int n) { setenv("FLASHGATE_NUM_SPLITS", std::to_string(n).c_str(), 1); }
-  ~ForcedSplits() { unsetenv("FLASHGATE_NUM_SPLITS"); }
-};
 
 const auto run_paged = [](const flashgate::PagedArgs& a, const Launch& l) { flashgate::paged_attention(a, l); };
 

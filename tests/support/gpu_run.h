@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "flashgate/flashgate.h"
@@ -21,6 +22,15 @@ template <class Config>
 std::string seed_note(uint64_t seed, const Config& cfg) {
   return cfg.describe() + " (seed " + std::to_string(seed) + ", FLASHGATE_SEED replays it)";
 }
+
+// Sets FLASHGATE_NUM_SPLITS for one scope (the serving kernels' forced split count).
+class ForcedSplits {
+ public:
+  explicit ForcedSplits(int n) { setenv("FLASHGATE_NUM_SPLITS", std::to_string(n).c_str(), 1); }
+  ~ForcedSplits() { unsetenv("FLASHGATE_NUM_SPLITS"); }
+  ForcedSplits(const ForcedSplits&) = delete;
+  ForcedSplits& operator=(const ForcedSplits&) = delete;
+};
 
 // `o` of the fp64 reference: `op(args, launch)` on the cpu backend over a float64 copy of `host`.
 template <class Case, class Op>
