@@ -129,9 +129,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const int heads_per_part = static_cast<int>(a.group / p.head_parts);
   const int64_t h_first = hk * a.group + part * heads_per_part;
   const int steps = heads_per_part * tiles_per_head;
-  auto load_step = [&](int it, int stage) {
-    const int64_t h = h_first + it / tiles_per_head;
-    const int i0 = rows.begin + (it % tiles_per_head) * kBr;
+  // Step (h, i0): query head h, rows i0 .. i0 + kBr.
+  auto load_step = [&](int64_t h, int i0, int stage) {
     T* q_dst = stage_q(stage);
     load_tile<T, kBr, kD, LD, kMmaThreads>(q_dst, a.q.row<T>(seq.batch, seq.start + i0, h), a.q.token_stride,
                                            len - i0, a.K, p.K16, tid);
@@ -150,26 +149,27 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     }
     ptx::cp_async_commit();
   };
-  if (stages == 2 && steps > 0) load_step(0, 0);
+  if (stages == 2 && steps > 0) load_step(h_first, rows.begin, 0);
 
   float dk[MK][NTD][4], dv[MK][NTD][4];
   zero(dk);
   zero(dv);
 
-  // Warp 0 sends the dQ tile that step `it` stored (after the next barrier): its rows inside the sequence,
-  // the columns that exist (col0 to K16). Recomputed here rather than carried: no registers across the loop.
-  auto send_dq = [&](int it) {
-    const int64_t h = h_first + it / tiles_per_head;
-    const int i0 = rows.begin + (it % tiles_per_head) * kBr;
+  // Warp 0 sends the dQ tile that step (h, i0) stored (after the next barrier): its rows inside the sequence,
+  // the columns that exist (col0 to K16).
+  auto send_dq = [&](int64_t h, int i0) {
     const uint32_t row_bytes = static_cast<uint32_t>(max(0, min(K16 - col0, kSlice))) * sizeof(float);
     dq_tile.send(p.dq_acc + p.row_index(seq.batch, h, seq.start + i0) * K16 + col0, K16, min(kBr, len - i0),
                  row_bytes, lane);
   };
 
+  // Step it = head * tiles_per_head + head_tile, carried as counters (no divisions in the loop).
+  const int last_i0 = rows.begin + (tiles_per_head - 1) * kBr;  // the last tile of a head
+  int head = 0, head_tile = 0;
   for (int it = 0; it < steps; ++it) {
-    const int64_t h = h_first + it / tiles_per_head;
-    const int i0 = rows.begin + (it % tiles_per_head) * kBr;
-    const bool head_begins = it % tiles_per_head == 0, head_ends = it % tiles_per_head == tiles_per_head - 1;
+    const int64_t h = h_first + head;
+    const int i0 = rows.begin + head_tile * kBr;
+    const bool head_begins = head_tile == 0, head_ends = head_tile == tiles_per_head - 1;
     const int64_t base = p.row_index(seq.batch, h, seq.start);
 
     // One barrier per step with two stages: this step's tiles were issued during the previous step, and
@@ -178,12 +178,13 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     const int stage = stages == 2 ? it % 2 : 0;
     if (stages == 1) {
       __syncthreads();  // the previous step's readers of the stage and of sP, sdS are done
-      load_step(it, 0);
+      load_step(h, i0, 0);
     }
     ptx::cp_async_wait<0>();
     __syncthreads();
-    if (dq_bulk && warp == 0 && it > 0) send_dq(it - 1);  // the previous step's tile, stored before the barrier
-    if (stages == 2 && it + 1 < steps) load_step(it + 1, stage ^ 1);
+    if (dq_bulk && warp == 0 && it > 0)  // the previous step's tile, stored before the barrier
+      send_dq(head_begins ? h - 1 : h, head_begins ? last_i0 : i0 - kBr);
+    if (stages == 2 && it + 1 < steps) load_step(head_ends ? h + 1 : h, head_ends ? rows.begin : i0 + kBr, stage ^ 1);
     const T* sQ = stage_q(stage);
     const T* sdO = sQ + kBr * LD;
     const float* terms = stage_terms(stage);
@@ -283,12 +284,14 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       }
       // sColsum is next written after at least one more __syncthreads (the next step's first).
     }
+    if (head_ends) ++head, head_tile = 0;
+    else ++head_tile;
   }
   ptx::cp_async_wait<0>();  // K/V copies are still in flight when no query row sees these keys
   if (dq_bulk && steps > 0) {
     __syncthreads();  // the last step's dQ tile is stored
     if (warp == 0) {
-      send_dq(steps - 1);
+      send_dq(h_first + heads_per_part - 1, last_i0);
       DqBulk::finish();  // the engine reads shared memory: it must outlive the reads
     }
   }
