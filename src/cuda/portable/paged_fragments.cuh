@@ -8,8 +8,9 @@
 // 16 bytes (8 or 16 dims) of each of the rows 2c, 2c+1, 2c+8, 2c+9 and pairs them with byte permutes; the
 // mma's n index (g) then maps to head dim g * kElemsPer16B + t in n-tile t (value_dim()), which the
 // epilogue undoes.
-// fp8 e4m3 becomes bf16 exactly: a shift and mask put the e4m3 bits into a bf16 worth x * 2^-120
-// (subnormals included) and one bf16x2 multiply by 2^120 restores x; scales stay in fp32 outside the mma.
+// fp8 e4m3 becomes f16 exactly, two values per conversion (ptx/cvt_fp8.h: one instruction on sm_89+), and
+// both mmas run in f16: the kernel scales each query row by a power of two into f16 range and P is in
+// [0, 1] (per-token V scales: normalised, see paged_kernel.cuh); scales stay in fp32 outside the mma.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,6 +19,7 @@
 #include <cstdint>
 
 #include "cuda/portable/paged_params.h"
+#include "cuda/ptx/cvt_fp8.h"
 #include "cuda/ptx/mma.h"
 
 namespace flashgate::cuda {
@@ -39,19 +41,10 @@ struct CacheTraits<CacheKind::bf16> {
 };
 template <>
 struct CacheTraits<CacheKind::e4m3> {
-  using Mma = __nv_bfloat16;      // exact for every e4m3 value; P keeps 16 bits through a hi/lo pair
+  using Mma = __half;             // exact for every e4m3 value; Q and P are brought into f16 range
   static constexpr int kBytes = 1;
   static constexpr bool kFp8 = true;
 };
-
-// bf16x2 of the e4m3 bytes 1 (low half) and 3 (high half) of w; bytes 0 and 2 are ignored.
-__device__ __forceinline__ uint32_t e4m3_bytes13_to_bf16x2(uint32_t w) {
-  const uint32_t scaled = (w & 0x80008000u) | ((w >> 4) & 0x07F007F0u);  // x * 2^-120, exact
-  __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&scaled);
-  const __nv_bfloat162 two120 = __halves2bfloat162(__ushort_as_bfloat16(0x7B80), __ushort_as_bfloat16(0x7B80));
-  v = __hmul2(v, two120);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
 
 template <CacheKind C>
 struct Fragments {
@@ -64,15 +57,14 @@ struct Fragments {
   // k-step `ks`.
   __host__ __device__ static constexpr int key_dim(int ks, int c, int half, int e) {
     const int base = (ks / kStepsPerKeyLoad) * kDimsPerKeyRound + c * kElemsPer16B + (ks % kStepsPerKeyLoad) * 4;
-    if constexpr (Tr::kFp8) return base + (half == 0 ? 1 + 2 * e : 2 * e);  // b0 = bytes 1,3; b1 = bytes 0,2
-    else return base + 2 * half + e;
+    return base + 2 * half + e;  // fp8: b0 = bytes 0,1 and b1 = bytes 2,3 of the step's word
   }
 
   // B fragment of k-step `step` (0 .. kStepsPerKeyLoad-1) from one lane's 16 key bytes.
   __device__ static __forceinline__ void key_fragment(const uint32_t (&w)[4], int step, uint32_t (&b)[2]) {
     if constexpr (Tr::kFp8) {
-      b[0] = e4m3_bytes13_to_bf16x2(w[step]);
-      b[1] = e4m3_bytes13_to_bf16x2(w[step] << 8);
+      b[0] = ptx::e4m3x2_lo_to_f16x2(w[step]);
+      b[1] = ptx::e4m3x2_hi_to_f16x2(w[step]);
     } else {
       b[0] = w[2 * step];
       b[1] = w[2 * step + 1];
@@ -83,8 +75,11 @@ struct Fragments {
   // pair (key a: low half, key a+1: high half).
   __device__ static __forceinline__ uint32_t value_pair(const uint32_t (&x)[4], const uint32_t (&y)[4], int t) {
     if constexpr (Tr::kFp8) {
-      const int u = t & 3;
-      return e4m3_bytes13_to_bf16x2(__byte_perm(x[t >> 2], y[t >> 2], (u << 4) | ((u + 4) << 12)));
+      // Bytes u, u+1 of both words interleaved (x_u, y_u, x_u+1, y_u+1): dims t and t^1 of both keys, so the
+      // two calls of a pair share one permute.
+      const int u = t & 2;
+      const uint32_t xy = __byte_perm(x[t >> 2], y[t >> 2], u | ((u + 4) << 4) | ((u + 1) << 8) | ((u + 5) << 12));
+      return (t & 1) ? ptx::e4m3x2_hi_to_f16x2(xy) : ptx::e4m3x2_lo_to_f16x2(xy);
     } else {
       return __byte_perm(x[t >> 1], y[t >> 1], (t & 1) ? 0x7632 : 0x5410);
     }

@@ -12,10 +12,14 @@
 //   works; rows outside the slice and the padding dims past K or V are zero-filled by the same copies
 //   (NaN in unused slots or an earlier stage cannot leak into the mma).
 // - Fragments come from shared memory with plain 16-byte loads (paged_fragments.cuh): fp16/bf16 and fp8
-//   caches share the code, fp8 converts to bf16 exactly in registers. Per-token K scales multiply score
+//   caches share the code, fp8 converts to f16 exactly in registers (one instruction per pair on sm_89+)
+//   and both mmas run in f16: each query row is scaled by a power of two so its largest element lies in
+//   [2^14, 2^15) (f16 range; the scores undo it), P lies in [0, 1]. Per-token K scales multiply score
 //   columns in fp32; per-token V scales multiply probability columns after the row sum, and P * scale goes
-//   through the mma as a bf16 hi + lo pair (two mmas), so it is not rounded to 8 bits (SPEC §6). Without
-//   them (per-tensor scale, none) P is rounded to bf16 once, as on the 16-bit path, and one mma does.
+//   through the mma as an f16 hi + lo pair (two mmas), so it is not rounded (SPEC §6). To keep that pair
+//   in f16 range, each warp divides P * scale by a power of two at least the largest V scale it has seen
+//   (raised, with an accumulator rescale, like the softmax max) and multiplies it back at the end.
+//   Without per-token V scales P is rounded once, and one mma does.
 // - Scores live in the exp2 domain (scale * log2 e folded once); the decode gate term arrives precomputed
 //   per (query head, key) from a suffix-sum pre-kernel (decode_gate.cu).
 // - One split: the CTA writes o. Several: normalised partial o (fp32) and its log2 sum go to the
@@ -59,6 +63,7 @@ struct PagedTile {
   static constexpr int kValueTiles = VW / 8;
   static constexpr bool kQInRegisters = KP <= 128;
   static constexpr bool kScaleSlots = Traits::kFp8;    // per-token scales staged next to the rows
+  static constexpr bool kScaleQ = Traits::kFp8;        // f16 Q K^T with a cache of any range: scale Q rows
   static constexpr int kStageBytes = KS * (kKeyRowBytes + kValueRowBytes) + (kScaleSlots ? 2 * KS * 4 : 0);
   static constexpr int kQBytes = kKSteps * 32 * 16;    // query fragments, [k-step][lane][4 registers]
   static constexpr int kRowInfoBytes = kRows * 32;
@@ -180,7 +185,19 @@ struct SharedRows {
   int head[16];   // query head, -1 for a padding row
   int pos[16];
   int lo[16];
+  float q_unscale[16];  // 2^-s for a query row staged as q * 2^s (Tile::kScaleQ)
+  int64_t gate_row[16];  // decode gate: offset of the row's terms in p.gate_bias (read in the gate branch only)
 };
+
+// 2^e as a float, exactly, for e in [-126, 127].
+__device__ __forceinline__ float pow2(int e) { return __uint_as_float(static_cast<uint32_t>(e + 127) << 23); }
+
+// The power of two s that puts amax * 2^s in [2^14, 2^15) (clamped for zero, subnormal or non-finite amax).
+__device__ __forceinline__ int f16_range_shift(float amax) {
+  const int biased = static_cast<int>((__float_as_uint(amax) >> 23) & 0xff);
+  const int s = 141 - biased;
+  return s < -100 ? -100 : (s > 100 ? 100 : s);
+}
 
 }  // namespace paged_detail
 
@@ -188,6 +205,7 @@ template <class Tile>
 __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_mma_kernel(const ServingParams p, const int stages) {
   using Frag = typename Tile::Frag;
   using Mma = typename Tile::Traits::Mma;
+  static_assert(sizeof(paged_detail::SharedRows) <= Tile::kRowInfoBytes, "row facts must fit their slot");
   constexpr int E = Tile::E, KS = Tile::KS, VP = Tile::VP, VW = Tile::VW;
   constexpr bool kFp8 = Tile::Traits::kFp8;
 
@@ -262,6 +280,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     rows->head[tid] = ri.valid ? ri.head : -1;
     rows->pos[tid] = ri.pos;
     rows->lo[tid] = ri.lo;
+    rows->gate_row[tid] = ri.valid ? ri.head * p.total_k + rb.seq.key_start : 0;
   }
   __syncthreads();
 
@@ -275,21 +294,42 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     const int r = (ln >> 2) + ((reg & 1) ? 8 : 0), half = reg >> 1;
     const int head = rows->head[r];
     const int64_t base = head >= 0 ? rows->q_row[r] * p.q_row_stride + head * p.q_head_stride : 0;
+    // f16 Q K^T on an fp8 cache: row r's q goes in as q * 2^s with its largest element in [2^14, 2^15),
+    // so no element overflows f16 and all but those below 2^-29 of the largest keep full precision. Row r
+    // lives in the 8 threads that differ in tid bits 1-3.
+    float q_mul = 1.f;
+    if constexpr (Tile::kScaleQ) {
+      float amax = 0.f;
+      if (head >= 0) {
+#pragma unroll 4
+        for (int ks = 0; ks < Tile::kKSteps; ++ks)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int d = Frag::key_dim(ks, ln & 3, half, e);
+            if (d < p.K) amax = fmaxf(amax, fabsf(paged_detail::load_qo(p.q, base + d, p.qo_dtype)));
+          }
+      }
+#pragma unroll
+      for (int m = 2; m <= 8; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+      const int shift = paged_detail::f16_range_shift(amax);
+      q_mul = paged_detail::pow2(shift);
+      if ((tid & 14) == 0) rows->q_unscale[r] = paged_detail::pow2(-shift);
+    }
     for (int ks0 = 0; ks0 < Tile::kKSteps; ks0 += kQBatch) {
       float x[kQBatch][2];
 #pragma unroll
       for (int u = 0; u < kQBatch; ++u) {
         const int d0 = Frag::key_dim(ks0 + u, ln & 3, half, 0), d1 = Frag::key_dim(ks0 + u, ln & 3, half, 1);
         const bool live = head >= 0 && ks0 + u < Tile::kKSteps;
-        x[u][0] = live && d0 < p.K ? paged_detail::load_qo(p.q, base + d0, p.qo_dtype) : 0.f;
-        x[u][1] = live && d1 < p.K ? paged_detail::load_qo(p.q, base + d1, p.qo_dtype) : 0.f;
+        x[u][0] = live && d0 < p.K ? paged_detail::load_qo(p.q, base + d0, p.qo_dtype) * q_mul : 0.f;
+        x[u][1] = live && d1 < p.K ? paged_detail::load_qo(p.q, base + d1, p.qo_dtype) * q_mul : 0.f;
       }
 #pragma unroll
       for (int u = 0; u < kQBatch; ++u)
         if (ks0 + u < Tile::kKSteps) qfrag[(ks0 + u) * 128 + tid] = ptx::pack2<Mma>(x[u][0], x[u][1]);
     }
   }
-  __syncthreads();  // qfrag complete
+  __syncthreads();  // qfrag and q_unscale complete
 
   uint32_t qreg[Tile::kQInRegisters ? Tile::kKSteps : 1][4];
   if constexpr (Tile::kQInRegisters) {
@@ -297,20 +337,24 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     for (int ks = 0; ks < Tile::kKSteps; ++ks) lds128(qreg[ks], qfrag + (ks * 32 + lane) * 4);
   }
 
-  // This lane's two rows (g, g+8).
+  // This lane's two rows (g, g+8): visible keys and the score multiplier (softmax scale in the exp2
+  // domain, per-tensor K scale, the undoing of the query's power-of-two scale).
+  float score_mul = p.scale_log2;
+  if (p.k_scale_mode == CacheScale::per_tensor) score_mul *= p.k_scale[0];
   int row_pos[2], row_lo[2];
-  int64_t gate_row[2] = {0, 0};
+  float row_mul[2];
 #pragma unroll
   for (int rs = 0; rs < 2; ++rs) {
     const int r = g + 8 * rs;
     row_pos[rs] = rows->head[r] >= 0 ? rows->pos[r] : -1;
     row_lo[rs] = rows->lo[r];
-    if (p.gate_bias && rows->head[r] >= 0) gate_row[rs] = rows->head[r] * p.total_k + rb.seq.key_start;
+    row_mul[rs] = Tile::kScaleQ ? score_mul * rows->q_unscale[r] : score_mul;
   }
-  float score_mul = p.scale_log2;
-  if (p.k_scale_mode == CacheScale::per_tensor) score_mul *= p.k_scale[0];
   const bool k_per_token = kFp8 && p.k_scale_mode == CacheScale::per_token;
   const bool v_per_token = kFp8 && p.v_scale_mode == CacheScale::per_token;
+  // Per-token V: P * scale enters the mma divided by 2^(v_exp - 127), v_exp the largest biased exponent of
+  // the V scales this warp has seen (so the pair stays below 2 in f16); the epilogue multiplies it back.
+  int v_exp = 1;
 
   SoftmaxRow softmax[2];
   float acc[Tile::kValueTiles][4];
@@ -355,21 +399,31 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
       }
     }
 
-    // Scale and mask; then the gate (decode with g only); then the online softmax per row.
+    // Per-token K scales, then scale and mask; then the gate (decode with g only); then the online
+    // softmax per row.
+    if (k_per_token) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float ks = kscales[wrow + nt * 8 + 2 * c + e];
+          s[nt][e] *= ks, s[nt][2 + e] *= ks;
+        }
+    }
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int j = key0 + nt * 8 + 2 * c + e;
-        const float col_mul = k_per_token ? score_mul * kscales[wrow + nt * 8 + 2 * c + e] : score_mul;
 #pragma unroll
         for (int rs = 0; rs < 2; ++rs) {
           const bool vis = j < slice.end && j <= row_pos[rs] && j >= row_lo[rs];
-          s[nt][2 * rs + e] = vis ? s[nt][2 * rs + e] * col_mul : -INFINITY;
+          s[nt][2 * rs + e] = vis ? s[nt][2 * rs + e] * row_mul[rs] : -INFINITY;
         }
       }
     }
     if (p.gate_bias) {
+      const int64_t gate_row[2] = {rows->gate_row[g], rows->gate_row[g + 8]};
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -386,6 +440,18 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     for (int rs = 0; rs < 2; ++rs) {
       const float m = fmaxf(fmaxf(s[0][2 * rs], s[0][2 * rs + 1]), fmaxf(s[1][2 * rs], s[1][2 * rs + 1]));
       factor[rs] = softmax[rs].rescale(quad_max(m));
+    }
+    // Per-token V: this tile's V scales (the same 16 in every quad; unloaded keys have 0) may raise v_exp.
+    auto v_scale_at = [&](int nt, int e) { return vscales[wrow + nt * 8 + 2 * c + e]; };
+    if (v_per_token) {
+      const float vmax =
+          quad_max(fmaxf(fmaxf(v_scale_at(0, 0), v_scale_at(0, 1)), fmaxf(v_scale_at(1, 0), v_scale_at(1, 1))));
+      const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
+      if (e > v_exp) {  // uniform over the warp
+        const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
+        factor[0] *= down, factor[1] *= down;
+        v_exp = e;
+      }
     }
     // Once a row has met its large scores its max rarely moves: skip the accumulator rescale then.
     if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
@@ -409,20 +475,22 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     }
 
     // P as the A operand: keys 2c,2c+1 (a0 row g, a1 row g+8) and 8+2c,8+2c+1 (a2, a3). Per-token V scales
-    // (fp8) ride on P, and P * scale keeps 16 bits as a bf16 hi + lo pair through two mmas (SPEC §6);
+    // (fp8) ride on P, and P * scale keeps ~22 bits as an f16 hi + lo pair through two mmas (SPEC §6);
     // without them P is rounded once, as on the 16-bit path.
     uint32_t pa[4], pa_lo[4];
+    const float v_unit = paged_detail::pow2(127 - v_exp);
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      float vs[2] = {1.f, 1.f};
-      if (v_per_token) vs[0] = vscales[wrow + nt * 8 + 2 * c], vs[1] = vscales[wrow + nt * 8 + 2 * c + 1];
 #pragma unroll
       for (int rs = 0; rs < 2; ++rs) {
-        const float x0 = s[nt][2 * rs] * vs[0], x1 = s[nt][2 * rs + 1] * vs[1];
-        pa[2 * nt + rs] = ptx::pack2<Mma>(x0, x1);
         if (v_per_token) {
-          const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&pa[2 * nt + rs]);
-          pa_lo[2 * nt + rs] = ptx::pack2<Mma>(x0 - __low2float(hi), x1 - __high2float(hi));
+          const float x0 = s[nt][2 * rs] * (v_scale_at(nt, 0) * v_unit);
+          const float x1 = s[nt][2 * rs + 1] * (v_scale_at(nt, 1) * v_unit);
+          pa[2 * nt + rs] = ptx::pack2<Mma>(x0, x1);
+          const float2 hi = ptx::unpack2<Mma>(pa[2 * nt + rs]);
+          pa_lo[2 * nt + rs] = ptx::pack2<Mma>(x0 - hi.x, x1 - hi.y);
+        } else {
+          pa[2 * nt + rs] = ptx::pack2<Mma>(s[nt][2 * rs], s[nt][2 * rs + 1]);
         }
       }
     }
@@ -471,7 +539,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     float m = -INFINITY;
 #pragma unroll
     for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + r]);
-    const float factor = exp2f(softmax[rs].max2 - (m == -INFINITY ? 0.f : m));  // 0 for a warp that saw nothing
+    // 0 for a warp that saw nothing; per-token V: times the unit P * scale was divided by.
+    float factor = exp2f(softmax[rs].max2 - (m == -INFINITY ? 0.f : m));
+    if (v_per_token) factor *= paged_detail::pow2(v_exp - 127);
 #pragma unroll
     for (int round = 0; round < Tile::kValueRounds; ++round)
 #pragma unroll
