@@ -51,10 +51,29 @@ struct RowBlock {
   int head_block = 0;
 };
 
+// The last n in [lo, hi] with first_block(n) <= vt, given first_block(lo) <= vt and first_block
+// nondecreasing. The warp searches 32 ways at once (lane l probes lo + l * step, one independent load
+// each), so a round trip narrows the range 32-fold: 128 sequences take 2 dependent loads, not 7 as a
+// binary search would (a short CTA's start waits on them). Every lane of the warp must call it.
+template <class FirstBlock>
+__device__ __forceinline__ int64_t warp_search_last_at_most(int64_t lo, int64_t hi, int64_t vt, FirstBlock first_block) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  while (lo < hi) {
+    const int64_t step = (hi - lo + 32) / 32;  // ceil((hi - lo + 1) / 32)
+    const int64_t probe = lo + lane * step;
+    const bool at_most = lane == 0 || (probe <= hi && first_block(probe) <= vt);
+    const int last = 31 - __clz(static_cast<int>(__ballot_sync(0xffffffffu, at_most)));  // a prefix of lanes
+    const int64_t found = lo + last * step;
+    hi = found + step - 1 < hi ? found + step - 1 : hi;
+    lo = found;
+  }
+  return lo;
+}
+
 // Row block number `vb` (blockIdx.x). Packed queries number their blocks sequence after sequence with a gap
 // of at most one per sequence: sequence n's blocks start at n + cu_q[n] / tokens_per_block, so the host
 // bounds the count by N + ceil(total_q / tokens_per_block) without reading cu_q. Returns false for a
-// number with no rows behind it (the CTA exits).
+// number with no rows behind it (the CTA exits). Every thread of the CTA calls it (warp-wide search).
 __device__ __forceinline__ bool resolve_row_block(const ServingParams& p, int64_t vb, RowBlock& rb) {
   rb.head_block = static_cast<int>(vb % p.head_blocks);
   const int64_t vt = vb / p.head_blocks;
@@ -69,12 +88,7 @@ __device__ __forceinline__ bool resolve_row_block(const ServingParams& p, int64_
     const int64_t tq = p.tokens_per_block;
     auto first_block = [&](int64_t n) { return n + query_offset(p, n) / tq; };
     if (first_block(0) > vt) return false;
-    int64_t lo = 0, hi = p.num_seqs - 1;  // the last sequence whose first block is <= vt
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (first_block(mid) <= vt) lo = mid;
-      else hi = mid - 1;
-    }
+    const int64_t lo = warp_search_last_at_most(0, p.num_seqs - 1, vt, first_block);  // vt's sequence
     rb.seq.n = lo;
     rb.seq.q_start = query_offset(p, lo);
     rb.seq.q_len = clamp64(query_offset(p, lo + 1) - rb.seq.q_start, 0, p.total_q);
