@@ -49,6 +49,7 @@ struct ServingParams {
   int64_t table_row_stride = 0, table_col_stride = 1;
   int64_t num_blocks = 0, max_blocks = 0;
   int block_size = 1;
+  int block_shift = -1;                  // log2(block_size) when a power of two (a shift, not a division)
 
   int HQ = 0, H = 0, G = 1, K = 0, V = 0;
 

@@ -167,7 +167,7 @@ struct KeyPage {
 __device__ __forceinline__ KeyPage key_page(const ServingParams& p, const SequenceKeys& s, int j) {
   KeyPage page;
   if (!p.block_table) return page;
-  const int page_index = j / p.block_size;
+  const int page_index = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
   page.slot = j - page_index * p.block_size;
   page.block = page_index < p.max_blocks
                    ? p.block_table[s.n * p.table_row_stride + static_cast<int64_t>(page_index) * p.table_col_stride]

@@ -64,6 +64,14 @@ int forced_splits() {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// log2(x) for a power of two, else -1.
+int log2_if_power_of_two(int x) {
+  if (x <= 0 || (x & (x - 1)) != 0) return -1;
+  int s = 0;
+  while ((1 << s) < x) ++s;
+  return s;
+}
+
 CacheScale scale_mode(detail::ScaleMode m) {
   switch (m) {
     case detail::ScaleMode::per_tensor: return CacheScale::per_tensor;
@@ -218,6 +226,7 @@ ServingParams paged_params(const PagedArgs& a, const detail::PagedProblem& pr) {
   p.block_table = static_cast<const int32_t*>(a.block_table.data);
   p.table_row_stride = a.block_table.stride[0], p.table_col_stride = a.block_table.stride[1];
   p.num_blocks = pr.num_blocks, p.max_blocks = pr.max_blocks, p.block_size = static_cast<int>(pr.block_size);
+  p.block_shift = log2_if_power_of_two(p.block_size);
   p.HQ = static_cast<int>(pr.HQ), p.H = static_cast<int>(pr.H), p.G = static_cast<int>(pr.group());
   p.K = static_cast<int>(pr.K), p.V = static_cast<int>(pr.V);
   p.scale_log2 = scale_log2(pr.scale);
