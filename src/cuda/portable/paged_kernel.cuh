@@ -232,8 +232,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   // of its next row one stage early (the copy then never waits on a table load).
   constexpr int kRowsPerWarp = KS / Tile::kWarps;
   const int key_bytes = p.K * Tile::kBytes, value_bytes = p.V * Tile::kBytes;
-  const unsigned char* kbase = static_cast<const unsigned char*>(p.k);
-  const unsigned char* vbase = static_cast<const unsigned char*>(p.v);
+  // This kv head's rows and per-token scales: the head term of every key's offset is added once here.
+  const unsigned char* kbase = static_cast<const unsigned char*>(p.k) + kv_head * p.k_head_stride * Tile::kBytes;
+  const unsigned char* vbase = static_cast<const unsigned char*>(p.v) + kv_head * p.v_head_stride * Tile::kBytes;
+  const float* kscale_base = p.k_scale + kv_head * p.k_scale_strides[1];  // strides are 0 unless per token
+  const float* vscale_base = p.v_scale + kv_head * p.v_scale_strides[1];
   const paged_detail::WarpRowCopy<Tile::kKeyRowBytes / 16, kRowsPerWarp> copy_keys(key_bytes, lane);
   const paged_detail::WarpRowCopy<Tile::kValueRowBytes / 16, kRowsPerWarp> copy_values(value_bytes, lane);
   const bool loader_lane = lane < kRowsPerWarp;
@@ -250,7 +253,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     if (loader_lane && load_key < slice.end) next_page = key_page(p, rb.seq, load_key);
     const int row0 = warp * kRowsPerWarp;
     KeyRow kr;
-    const bool ok = loader_lane && j < slice.end && locate_key(p, rb.seq, kv_head, j, page, kr);
+    const bool ok = loader_lane && j < slice.end && locate_key(p, rb.seq, /*kv_head=*/0, j, page, kr);
     const uint32_t live = __ballot_sync(0xffffffffu, ok);
     copy_keys(stage, ok ? kbase + kr.k_off * Tile::kBytes : kbase, live, row0,
               [](int row, int chunk) { return Tile::key_chunk(row, chunk); });
@@ -260,9 +263,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
       // Per-token scales next to the rows; a key that is not loaded gets scale 0 (its column is masked).
       float* scales = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + row0 + lane;
       if (loader_lane && p.k_scale_mode == CacheScale::per_token)
-        ptx::cp_async_4(scales, ok ? p.k_scale + scale_offset(p.k_scale_strides, kr, kv_head) : p.k_scale, ok ? 4 : 0);
+        ptx::cp_async_4(scales, ok ? kscale_base + scale_offset(p.k_scale_strides, kr, 0) : p.k_scale, ok ? 4 : 0);
       if (loader_lane && p.v_scale_mode == CacheScale::per_token)
-        ptx::cp_async_4(scales + KS, ok ? p.v_scale + scale_offset(p.v_scale_strides, kr, kv_head) : p.v_scale,
+        ptx::cp_async_4(scales + KS, ok ? vscale_base + scale_offset(p.v_scale_strides, kr, 0) : p.v_scale,
                         ok ? 4 : 0);
     }
   };
