@@ -575,21 +575,30 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   }
   __syncthreads();
 
-  const bool partial = p.num_splits > 1;
-  for (int i = tid; i < Tile::kRows * p.V; i += Tile::kThreads) {
-    const int r = i / p.V, d = i - r * p.V;
-    const int head = rows->head[r];
-    if (head < 0) continue;
+  // Warp w writes rows w, w + 4, ...; lane l dims l, l + 32, ...: each store is a 32-dim run of one row
+  // (coalesced), the merge-buffer reads of a run are conflict-free (reduce_col permutes dims within
+  // aligned 32s), and the row's facts are read once (no division by V per element).
+  auto merged = [&](int r, int d) {
     float x = 0.f;
 #pragma unroll
     for (int w = 0; w < Tile::WK; ++w) x += red[(w * Tile::kRows + r) * VP + Tile::reduce_col(r, d)];
-    x *= row_scale[r];
-    if (partial) {
+    return x * row_scale[r];
+  };
+  for (int r = warp; r < Tile::kRows; r += Tile::kWarps) {
+    const int head = rows->head[r];
+    if (head < 0) continue;  // the same for the whole warp
+    if (p.num_splits > 1) {
       const int64_t row = (static_cast<int64_t>(split) * p.total_q + rows->q_row[r]) * p.HQ + head;
-      p.o_partial[row * p.V + d] = x;
-      if (d == 0) p.lse_partial[row] = row_lse[r];
+      float* out = p.o_partial + row * p.V;
+      if (lane == 0) p.lse_partial[row] = row_lse[r];
+#pragma unroll
+      for (int d = lane; d < VP; d += 32)
+        if (d < p.V) out[d] = merged(r, d);
     } else {
-      paged_detail::store_qo(p.o, rows->q_row[r] * p.o_row_stride + head * p.o_head_stride + d, p.qo_dtype, x);
+      const int64_t out = rows->q_row[r] * p.o_row_stride + head * p.o_head_stride;
+#pragma unroll
+      for (int d = lane; d < VP; d += 32)
+        if (d < p.V) paged_detail::store_qo(p.o, out + d, p.qo_dtype, merged(r, d));
     }
   }
 }
