@@ -353,6 +353,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     row_lo[rs] = rows->lo[r];
     row_mul[rs] = Tile::kScaleQ ? score_mul * rows->q_unscale[r] : score_mul;
   }
+  // A warp tile [key0, key0 + 16) needs no mask where this lane's rows see all of it (most tiles); padding
+  // rows, whose results are never written, may then see it too (zero queries: finite scores).
+  int whole_lo = 0, whole_hi = slice.end - 1;
+#pragma unroll
+  for (int rs = 0; rs < 2; ++rs) {
+    if (rows->head[g + 8 * rs] < 0) continue;
+    whole_lo = max(whole_lo, row_lo[rs]);
+    whole_hi = min(whole_hi, row_pos[rs]);
+  }
   const bool k_per_token = kFp8 && p.k_scale_mode == CacheScale::per_token;
   const bool v_per_token = kFp8 && p.v_scale_mode == CacheScale::per_token;
   // Per-token V: P * scale enters the mma divided by 2^(v_exp - 127), v_exp the largest biased exponent of
@@ -413,15 +422,22 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
           s[nt][e] *= ks, s[nt][2 + e] *= ks;
         }
     }
+    if (key0 >= whole_lo && key0 + Tile::kKeysPerWarp - 1 <= whole_hi) {
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int j = key0 + nt * 8 + 2 * c + e;
+        for (int i = 0; i < 4; ++i) s[nt][i] *= row_mul[i >> 1];
+    } else {
 #pragma unroll
-        for (int rs = 0; rs < 2; ++rs) {
-          const bool vis = j < slice.end && j <= row_pos[rs] && j >= row_lo[rs];
-          s[nt][2 * rs + e] = vis ? s[nt][2 * rs + e] * row_mul[rs] : -INFINITY;
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int j = key0 + nt * 8 + 2 * c + e;
+#pragma unroll
+          for (int rs = 0; rs < 2; ++rs) {
+            const bool vis = j < slice.end && j <= row_pos[rs] && j >= row_lo[rs];
+            s[nt][2 * rs + e] = vis ? s[nt][2 * rs + e] * row_mul[rs] : -INFINITY;
+          }
         }
       }
     }
