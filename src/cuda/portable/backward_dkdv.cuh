@@ -11,7 +11,6 @@
 #include "cuda/common/sequence.h"
 #include "cuda/common/tile_io.h"
 #include "cuda/common/tile_scheduler.h"
-#include "cuda/portable/backward_dq_tile.cuh"
 #include "cuda/portable/backward_kernels.h"
 #include "cuda/portable/backward_mma.cuh"
 
@@ -67,8 +66,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
                 "warp tiles cover the products");
 
   // Shared memory: K, V | P, dS | column-sum partials [SM][kBc] | stages x (Q, dO, step terms) (see
-  // dkdv_smem_bytes) | the dQ tile (p.dq_bulk); the per-stage buffers last but the tile, so only they and
-  // the tile move with the runtime stage count.
+  // dkdv_smem_bytes); the per-stage buffers last, so only they move with the runtime stage count.
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int kStepTerms = 3 * kBr + kBc;                  // lse, D, row Gc [kBr] each | column Gc [kBc]
   constexpr int kStageBytes = 2 * kBr * LD * 2 + kStepTerms * 4;  // Q, dO, terms
@@ -80,12 +78,6 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   unsigned char* sStages = reinterpret_cast<unsigned char*>(sColsum + SM * kBc);
   auto stage_q = [&](int stage) { return reinterpret_cast<T*>(sStages + stage * kStageBytes); };  // dO follows
   auto stage_terms = [&](int stage) { return reinterpret_cast<float*>(sStages + stage * kStageBytes + 2 * kBr * LD * 2); };
-  // dQ through shared memory and bulk reduces where the architecture has them and the host gave the room.
-  using DqBulk = DqTile<kBr, kSlice>;
-  static_assert(!C::kDqTile || DqBulk::kBytes == dkdv_dq_tile_bytes<kD>(), "one size for the dQ tile");
-  constexpr bool kDqBulkCode = ptx::kBulkAsync && C::kDqTile;
-  const bool dq_bulk = kDqBulkCode && with_dq && p.dq_bulk;
-  const DqBulk dq_tile{reinterpret_cast<float*>(sStages + stages * kStageBytes)};
 
   const AttentionParams& a = p.a;
   const int K16 = kFull ? kD : p.K16, V16 = kFull ? kD : p.V16;
@@ -155,16 +147,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   zero(dk);
   zero(dv);
 
-  // Warp 0 sends the dQ tile that step (h, i0) stored (after the next barrier): its rows inside the sequence,
-  // the columns that exist (col0 to K16).
-  auto send_dq = [&](int64_t h, int i0) {
-    const uint32_t row_bytes = static_cast<uint32_t>(max(0, min(K16 - col0, kSlice))) * sizeof(float);
-    dq_tile.send(p.dq_acc + p.row_index(seq.batch, h, seq.start + i0) * K16 + col0, K16, min(kBr, len - i0),
-                 row_bytes, lane);
-  };
-
   // Step it = head * tiles_per_head + head_tile, carried as counters (no divisions in the loop).
-  const int last_i0 = rows.begin + (tiles_per_head - 1) * kBr;  // the last tile of a head
   int head = 0, head_tile = 0;
   for (int it = 0; it < steps; ++it) {
     const int64_t h = h_first + head;
@@ -182,8 +165,6 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     }
     ptx::cp_async_wait<0>();
     __syncthreads();
-    if (dq_bulk && warp == 0 && it > 0)  // the previous step's tile, stored before the barrier
-      send_dq(head_begins ? h - 1 : h, head_begins ? last_i0 : i0 - kBr);
     if (stages == 2 && it + 1 < steps) load_step(head_ends ? h + 1 : h, head_ends ? rows.begin : i0 + kBr, stage ^ 1);
     const T* sQ = stage_q(stage);
     const T* sdO = sQ + kBr * LD;
@@ -239,7 +220,6 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         }
     }
     store_fragment<T, MS, NT>(sdS, LDP, dp, s_m0, s_n0, lane);
-    if (dq_bulk && warp == 0) DqBulk::wait_read();  // the dQ tile is free again after this barrier
     __syncthreads();
 
     gemm_atb<T, MK, NTD, kBr, !kFull>(dv, sP, LDP, sdO, LD, kv_m0, kv_n0, V16, lane);
@@ -254,10 +234,6 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         float acc[MQ][QCH / 8][4];
         zero(acc);
         gemm_ab<T, MQ, QCH / 8, kBc, !kFull>(acc, sdS, LDP, sK, LD, q_m0, n0, K16, lane);
-        if (dq_bulk) {
-          dq_tile.store(acc, q_m0, n0 - col0, lane);
-          continue;
-        }
         float* out = p.dq_acc + (base + i0 + q_m0 + g) * K16 + n0 + 2 * c;  // row g, column pair c
 #pragma unroll
         for (int mt = 0; mt < MQ; ++mt)
@@ -271,7 +247,6 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
                 atomic_add_pair(row + nt * 8, acc[mt][nt][2 * hi], acc[mt][nt][2 * hi + 1]);
           }
       }
-      if (dq_bulk) DqBulk::fence();
     }
 
     if (a.has_gate && first_slice && head_ends) {
@@ -288,13 +263,6 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     else ++head_tile;
   }
   ptx::cp_async_wait<0>();  // K/V copies are still in flight when no query row sees these keys
-  if (dq_bulk && steps > 0) {
-    __syncthreads();  // the last step's dQ tile is stored
-    if (warp == 0) {
-      send_dq(h_first + heads_per_part - 1, last_i0);
-      DqBulk::finish();  // the engine reads shared memory: it must outlive the reads
-    }
-  }
 
   // Keys that no query row sees (window 0) still get their zero column sums.
   if (a.has_gate && first_slice && steps == 0) {
@@ -326,7 +294,7 @@ template <class T, int kD>
 void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slices, int stages, cudaStream_t stream) {
   const int64_t blocks = keys.num_tiles * p.a.H * p.head_parts * slices;
   if (blocks == 0) return;
-  const size_t smem = dkdv_smem_bytes<kD>(stages) + (p.dq_bulk ? dkdv_dq_tile_bytes<kD>() : 0);
+  const size_t smem = dkdv_smem_bytes<kD>(stages);
   const auto kernel = p.K16 == kD && p.V16 == kD ? dkdv_kernel<T, kD, true> : dkdv_kernel<T, kD, false>;
   FLASHGATE_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));

@@ -33,7 +33,6 @@ struct DeviceLimits {
   int sms = 1;
   int smem_optin = 0;   // bytes of shared memory one block may opt in to
   int smem_per_sm = 0;  // bytes of shared memory of one SM (all its blocks)
-  int major = 0;        // compute capability
 };
 
 DeviceLimits device_limits(int device) {
@@ -41,7 +40,6 @@ DeviceLimits device_limits(int device) {
   FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
   FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device));
   return d;
 }
 
@@ -95,7 +93,6 @@ struct Plan {
   TileSizes tiles;
   int slices_kv = 1, slices_q = 1;
   int stages_kv = 0, stages_q = 0;  // buffers of the per-step tiles (0: does not fit)
-  bool dq_tile = false;             // the dK/dV kernel may take its sm_90 dQ tile (BackwardParams::dq_bulk)
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -116,9 +113,6 @@ Plan make_plan(BackwardParams& p, const DeviceLimits& dev) {
   const bool dq_two = t.smem_dq[2] <= optin && t.smem_dq[2] * t.dq_min_blocks <= per_sm;
   plan.stages_q = dq_two ? 2 : t.smem_dq[1] <= optin ? 1 : 0;
   if (plan.stages_kv == 0 || (p.deterministic && plan.stages_q == 0)) return plan;
-  // The dQ tile only next to the stage count chosen above (prefetching Q/dO is worth more than it).
-  plan.dq_tile = !p.deterministic && dev.major >= 9 && t.smem_dq_tile > 0 &&
-                 t.smem_dkdv[plan.stages_kv] + t.smem_dq_tile <= optin;
 
   plan.slices_kv = static_cast<int>(ceil_div(std::max(p.K16, p.V16), plan.tiles.slice_kv));
   plan.slices_q = static_cast<int>(ceil_div(p.K16, plan.tiles.dq_slice));
@@ -237,8 +231,6 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
   const Plan plan = make_plan(p, device_limits(args.q.device_index));
   cuda::WorkspaceCarver w(launch.workspace);
   const Scratch maps = carve(p, plan, w);
-  // The bulk reduce needs 16-byte aligned rows: K16 * 4 bytes apart, so an aligned accumulator start.
-  p.dq_bulk = plan.dq_tile && p.dq_acc && reinterpret_cast<uintptr_t>(p.dq_acc) % 16 == 0;
   if (w.bytes() > launch.workspace_bytes)
     throw Error(ErrorKind::invalid_argument, "workspace",
                 "flashgate: attention_backward: workspace of " + std::to_string(launch.workspace_bytes) +

@@ -30,8 +30,6 @@ struct BackwardParams {
   float* dk_part = nullptr; // [head_parts][B][H][T][K16] scaled dk partials (head_parts > 1)
   float* dv_part = nullptr; // [head_parts][B][H][T][V16]
   int head_parts = 1;       // the G query heads of a kv head split over this many CTAs (divides G)
-  bool dq_bulk = false;     // dK/dV kernel: dQ tiles reach dq_acc by bulk reduce from shared memory (sm_90;
-                            // its shared memory then holds dkdv_dq_tile_bytes more)
 
   FG_HOST_DEVICE int64_t row_index(int64_t b, int64_t h, int64_t t) const { return (b * a.HQ + h) * a.T + t; }
   FG_HOST_DEVICE int64_t kv_row_index(int64_t part, int64_t b, int64_t hk, int64_t t) const {
@@ -50,9 +48,7 @@ struct BackwardParams {
 //                           (FlashAttention-2's steps: 128 x 128 at D64, where 64-row steps left the short
 //                           GEMMs too little work per barrier and row-term setup; 128 x 64 at D128).
 //                           kScorePasses: S in column passes next to dP (registers; D64 needs 4 to stay
-//                           spill-free on sm_80 with 128-row steps); kDqTile: on sm_90 the step's dQ tile
-//                           [kBr][kSliceKV] fp32 goes through shared memory to one bulk reduce per row (D256
-//                           and D512 have no room for it next to two Q/dO stages: atomics there);
+//                           spill-free on sm_80 with 128-row steps);
 //   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns;
 //                           kMinBlocksDq CTAs per SM (2 fit in 128 registers without spills at D64/D128).
 template <int kD>
@@ -61,28 +57,24 @@ template <>
 struct TileConfig<64> {
   static constexpr int kBc = 128, kBr = 128, kSliceKV = 64, kScoreWarpRows = 4, kKvWarpRows = 4, kDqWarpRows = 4,
                        kDqChunk = 32, kScorePasses = 4;
-  static constexpr bool kDqTile = true;
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 64, kMinBlocksDq = 2;
 };
 template <>
 struct TileConfig<128> {
   static constexpr int kBc = 128, kBr = 64, kSliceKV = 128, kScoreWarpRows = 2, kKvWarpRows = 4, kDqWarpRows = 2,
                        kDqChunk = 32, kScorePasses = 2;
-  static constexpr bool kDqTile = true;
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 128, kMinBlocksDq = 2;
 };
 template <>
 struct TileConfig<256> {
   static constexpr int kBc = 64, kBr = 64, kSliceKV = 256, kScoreWarpRows = 4, kKvWarpRows = 2, kDqWarpRows = 2,
                        kDqChunk = 32, kScorePasses = 2;
-  static constexpr bool kDqTile = false;
   static constexpr int kQueryRows = 64, kKeyCols = 32, kSliceQ = 256, kMinBlocksDq = 1;
 };
 template <>
 struct TileConfig<512> {
   static constexpr int kBc = 32, kBr = 32, kSliceKV = 256, kScoreWarpRows = 2, kKvWarpRows = 2, kDqWarpRows = 2,
                        kDqChunk = 64, kScorePasses = 1;
-  static constexpr bool kDqTile = false;
   static constexpr int kQueryRows = 32, kKeyCols = 32, kSliceQ = 512, kMinBlocksDq = 1;
 };
 
@@ -99,12 +91,6 @@ constexpr size_t dkdv_smem_bytes(int stages) {
   return 2 * C::kBc * (kD + 8) * 2 + 2 * C::kBr * (C::kBc + 8) * 2 + C::kScoreWarpRows * C::kBc * sizeof(float) +
          stages * (2 * C::kBr * (kD + 8) * 2 + (3 * C::kBr + C::kBc) * sizeof(float));
 }
-// The dK/dV kernel's sm_90 dQ tile (fp32 rows padded by 8 floats, see DqTile); 0 where the bucket has none.
-template <int kD>
-constexpr size_t dkdv_dq_tile_bytes() {
-  using C = TileConfig<kD>;
-  return C::kDqTile ? size_t{C::kBr} * (C::kSliceKV + 8) * sizeof(float) : 0;
-}
 template <int kD>
 constexpr size_t dq_smem_bytes(int stages) {
   using C = TileConfig<kD>;
@@ -117,7 +103,6 @@ struct TileSizes {
   int key_tile = 0, query_tile = 0, slice_kv = 0;   // dK/dV kernel
   int dq_rows = 0, dq_slice = 0, dq_min_blocks = 1; // dq kernel
   size_t smem_dkdv[3] = {}, smem_dq[3] = {};        // by stage count (1, 2)
-  size_t smem_dq_tile = 0;                          // dK/dV kernel's sm_90 dQ tile (0: atomics only)
 };
 
 template <int kD>
@@ -127,7 +112,6 @@ constexpr TileSizes tile_sizes_of() {
   t.key_tile = C::kBc, t.query_tile = C::kBr, t.slice_kv = C::kSliceKV;
   t.dq_rows = C::kQueryRows, t.dq_slice = C::kSliceQ, t.dq_min_blocks = C::kMinBlocksDq;
   for (int s = 1; s <= 2; ++s) t.smem_dkdv[s] = dkdv_smem_bytes<kD>(s), t.smem_dq[s] = dq_smem_bytes<kD>(s);
-  t.smem_dq_tile = dkdv_dq_tile_bytes<kD>();
   return t;
 }
 
