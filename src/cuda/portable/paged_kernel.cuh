@@ -159,6 +159,24 @@ struct WarpRowCopy {
     else copy<false>(stage, src, live, row0, chunk_offset);
   }
 
+  // The common case: rows row0 .. row0 + kRowsPerWarp - 1 all exist and lie `row_step` bytes apart from
+  // `first` (consecutive slots of one page, or tokens of a decode sequence), whole chunks. Each lane's
+  // source then advances by a constant: no shuffle, no liveness test per row.
+  template <class ChunkOffset>
+  __device__ __forceinline__ void copy_run(unsigned char* stage, const unsigned char* first, int64_t row_step, int row0,
+                                           ChunkOffset chunk_offset) const {
+    const unsigned char* src = first + lane_row * row_step;
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; r += kRowsPerPass, src += kRowsPerPass * row_step) {
+#pragma unroll
+      for (int pass = 0; pass < kChunkPasses; ++pass) {
+        if (kChunks % kLanes != 0 && chunk[pass] >= kChunks) continue;  // past the padded row (wide rows only)
+        ptx::cp_async_16(stage + chunk_offset(row0 + r + lane_row, chunk[pass]), src + src_chunk[pass],
+                         chunk_bytes[pass]);  // 16, or 0 past the row (zero-filled padding dims)
+      }
+    }
+  }
+
   template <bool kWhole, class ChunkOffset>
   __device__ __forceinline__ void copy(unsigned char* stage, const unsigned char* src, uint32_t live, int row0,
                                        ChunkOffset chunk_offset) const {
@@ -240,6 +258,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   const paged_detail::WarpRowCopy<Tile::kKeyRowBytes / 16, kRowsPerWarp> copy_keys(key_bytes, lane);
   const paged_detail::WarpRowCopy<Tile::kValueRowBytes / 16, kRowsPerWarp> copy_values(value_bytes, lane);
   const bool loader_lane = lane < kRowsPerWarp;
+  static_assert(kRowsPerWarp < 32, "one bit per row of the warp");
+  constexpr uint32_t kAllRows = (1u << kRowsPerWarp) - 1;
+  const bool whole_rows = copy_keys.whole_chunks && copy_values.whole_chunks;
   int load_key = slice.begin + warp * kRowsPerWarp + lane;  // this lane's row in the next stage to load
   int load_slot = 0;
   KeyPage next_page = loader_lane && load_key < slice.end ? key_page(p, rb.seq, load_key) : KeyPage{};
@@ -255,10 +276,19 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     KeyRow kr;
     const bool ok = loader_lane && j < slice.end && locate_key(p, rb.seq, /*kv_head=*/0, j, page, kr);
     const uint32_t live = __ballot_sync(0xffffffffu, ok);
-    copy_keys(stage, ok ? kbase + kr.k_off * Tile::kBytes : kbase, live, row0,
-              [](int row, int chunk) { return Tile::key_chunk(row, chunk); });
-    copy_values(vstage, ok ? vbase + kr.v_off * Tile::kBytes : vbase, live, row0,
-                [](int row, int chunk) { return Tile::value_chunk(row, chunk); });
+    auto key_chunk = [](int row, int chunk) { return Tile::key_chunk(row, chunk); };
+    auto value_chunk = [](int row, int chunk) { return Tile::value_chunk(row, chunk); };
+    // Usually the warp's rows are consecutive slots of one page (or tokens of a decode sequence), all live.
+    const int64_t k_first = __shfl_sync(0xffffffffu, kr.k_off, 0), v_first = __shfl_sync(0xffffffffu, kr.v_off, 0);
+    const bool in_run =
+        !loader_lane || (kr.k_off == k_first + lane * p.k_slot_stride && kr.v_off == v_first + lane * p.v_slot_stride);
+    if (whole_rows && live == kAllRows && __all_sync(0xffffffffu, in_run)) {
+      copy_keys.copy_run(stage, kbase + k_first * Tile::kBytes, p.k_slot_stride * Tile::kBytes, row0, key_chunk);
+      copy_values.copy_run(vstage, vbase + v_first * Tile::kBytes, p.v_slot_stride * Tile::kBytes, row0, value_chunk);
+    } else {
+      copy_keys(stage, ok ? kbase + kr.k_off * Tile::kBytes : kbase, live, row0, key_chunk);
+      copy_values(vstage, ok ? vbase + kr.v_off * Tile::kBytes : vbase, live, row0, value_chunk);
+    }
     if constexpr (Tile::kScaleSlots) {
       // Per-token scales next to the rows; a key that is not loaded gets scale 0 (its column is masked).
       float* scales = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + row0 + lane;
