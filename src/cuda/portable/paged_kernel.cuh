@@ -73,6 +73,9 @@ struct PagedTile {
   // Register budget: 3 CTAs per SM (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to
   // D256, D64); elsewhere it holds 2, and up to 255 registers avoid spills.
   static constexpr int kMinBlocksPerSM = (Traits::kFp8 && VP <= 256) || VP <= 64 ? 3 : 2;
+  // Stages ahead that the loader looks block-table entries up: two where registers allow (fp8 D128 sits
+  // at its bound of 168).
+  static constexpr int kLookAhead = Traits::kFp8 ? 1 : 2;
 
   static_assert(KP % Frag::kDimsPerKeyRound == 0, "key dims must fill whole 16-byte lane loads");
   static_assert(VW % (8 * E) == 0 && kValueRowBytes % 128 == 0, "value dims must fill whole rounds");
@@ -247,7 +250,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   // Stage loader: warp w copies stage rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp); lane i looks row i
   // up (block table, scales) once and the lanes that copy the row get its address by shuffle. Stages are
   // loaded in tile order, so the loader keeps its own key and ring slot, and fetches the block-table entry
-  // of its next row one stage early (the copy then never waits on a table load).
+  // of its row kLookAhead stages early (the copy then does not wait on a table load).
   constexpr int kRowsPerWarp = KS / Tile::kWarps;
   const int key_bytes = p.K * Tile::kBytes, value_bytes = p.V * Tile::kBytes;
   // This kv head's rows and per-token scales: the head term of every key's offset is added once here.
@@ -263,15 +266,25 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   const bool whole_rows = copy_keys.whole_chunks && copy_values.whole_chunks;
   int load_key = slice.begin + warp * kRowsPerWarp + lane;  // this lane's row in the next stage to load
   int load_slot = 0;
-  KeyPage next_page = loader_lane && load_key < slice.end ? key_page(p, rb.seq, load_key) : KeyPage{};
+  // Block-table entries of this lane's rows in the next kLookAhead stages: under full HBM load an entry
+  // that misses in L2 can take longer than one stage, and a short CTA has few stages to hide it behind.
+  KeyPage ahead[Tile::kLookAhead];
+#pragma unroll
+  for (int a = 0; a < Tile::kLookAhead; ++a) {
+    const int key = load_key + a * KS;
+    ahead[a] = loader_lane && key < slice.end ? key_page(p, rb.seq, key) : KeyPage{};
+  }
   auto load_stage = [&]() {
     unsigned char* stage = ring + load_slot * Tile::kStageBytes;
     unsigned char* vstage = stage + KS * Tile::kKeyRowBytes;
     load_slot = load_slot + 1 == stages ? 0 : load_slot + 1;
     const int j = load_key;
-    const KeyPage page = next_page;
+    const KeyPage page = ahead[0];
     load_key += KS;
-    if (loader_lane && load_key < slice.end) next_page = key_page(p, rb.seq, load_key);
+#pragma unroll
+    for (int a = 0; a + 1 < Tile::kLookAhead; ++a) ahead[a] = ahead[a + 1];
+    const int fetch = load_key + (Tile::kLookAhead - 1) * KS;
+    if (loader_lane && fetch < slice.end) ahead[Tile::kLookAhead - 1] = key_page(p, rb.seq, fetch);
     const int row0 = warp * kRowsPerWarp;
     KeyRow kr;
     const bool ok = loader_lane && j < slice.end && locate_key(p, rb.seq, /*kv_head=*/0, j, page, kr);

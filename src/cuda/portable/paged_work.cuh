@@ -164,10 +164,15 @@ struct KeyPage {
   int block = 0, slot = 0;
 };
 
+// Page of key j (a shift for power-of-two block sizes).
+__device__ __forceinline__ int page_index_of(const ServingParams& p, int j) {
+  return p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
+}
+
 __device__ __forceinline__ KeyPage key_page(const ServingParams& p, const SequenceKeys& s, int j) {
   KeyPage page;
   if (!p.block_table) return page;
-  const int page_index = p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
+  const int page_index = page_index_of(p, j);
   page.slot = j - page_index * p.block_size;
   page.block = page_index < p.max_blocks
                    ? p.block_table[s.n * p.table_row_stride + static_cast<int64_t>(page_index) * p.table_col_stride]
