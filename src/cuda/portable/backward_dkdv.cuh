@@ -234,18 +234,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         float acc[MQ][QCH / 8][4];
         zero(acc);
         gemm_ab<T, MQ, QCH / 8, kBc, !kFull>(acc, sdS, LDP, sK, LD, q_m0, n0, K16, lane);
-        float* out = p.dq_acc + (base + i0 + q_m0 + g) * K16 + n0 + 2 * c;  // row g, column pair c
-#pragma unroll
-        for (int mt = 0; mt < MQ; ++mt)
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            if (i0 + q_m0 + mt * 16 + g + 8 * hi >= len) continue;
-            float* row = out + (mt * 16 + 8 * hi) * K16;
-#pragma unroll
-            for (int nt = 0; nt < QCH / 8; ++nt)
-              if (kFull || n0 + nt * 8 < K16)
-                atomic_add_pair(row + nt * 8, acc[mt][nt][2 * hi], acc[mt][nt][2 * hi + 1]);
-          }
+        atomic_add_fragment<MQ, QCH / 8, !kFull>(p.dq_acc, base + i0 + q_m0, n0, K16, acc, i0 + q_m0, len, lane);
       }
     }
 

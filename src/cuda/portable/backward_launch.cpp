@@ -222,19 +222,23 @@ size_t backward_workspace(const BackwardArgs& args, const detail::AttentionProbl
   const Plan plan = make_plan(p, device_limits(args.q.device_index));
   cuda::WorkspaceCarver w;
   carve(p, plan, w);
-  return w.bytes();
+  return w.bytes() + cuda::WorkspaceCarver::kAlign;  // room to align the caller's base (launch_backward)
 }
 
 void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& prob, const Launch& launch) {
   DeviceGuard device(args.q.device_index);
   BackwardParams p = make_params(args, prob);
   const Plan plan = make_plan(p, device_limits(args.q.device_index));
-  cuda::WorkspaceCarver w(launch.workspace);
+  // Carving starts at the caller's base rounded up to kAlign, so every piece is kAlign-aligned whatever the
+  // caller passed (the dK/dV kernel's 16-byte vector atomics into dq_acc rely on it).
+  constexpr size_t kAlign = cuda::WorkspaceCarver::kAlign;
+  const size_t pad = (kAlign - reinterpret_cast<uintptr_t>(launch.workspace) % kAlign) % kAlign;
+  cuda::WorkspaceCarver w(static_cast<char*>(launch.workspace) + pad);
   const Scratch maps = carve(p, plan, w);
-  if (w.bytes() > launch.workspace_bytes)
+  if (w.bytes() + pad > launch.workspace_bytes)
     throw Error(ErrorKind::invalid_argument, "workspace",
                 "flashgate: attention_backward: workspace of " + std::to_string(launch.workspace_bytes) +
-                    " bytes is too small, this call needs " + std::to_string(w.bytes()));
+                    " bytes is too small, this call needs " + std::to_string(w.bytes() + kAlign));
   const cudaStream_t stream = reinterpret_cast<cudaStream_t>(launch.stream);
   const int64_t rows = p.a.B * p.a.HQ * p.a.T;
 

@@ -15,6 +15,7 @@
 #include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/mma.h"
+#include "cuda/ptx/red.h"
 
 namespace flashgate::cuda::bwd {
 
@@ -306,13 +307,51 @@ __device__ __forceinline__ void store_fragment_global(RowPtr row_ptr, const floa
     }
 }
 
-// dst[0..1] += (v0, v1) with unordered atomics: one 8-byte vector atomic on sm90+, two scalar ones before.
-__device__ __forceinline__ void atomic_add_pair(float* dst, float v0, float v1) {
+// acc[row.., col..] += a warp's MT x NT fp32 accumulator fragments with unordered atomics: `stride` floats
+// per row (the row length, so n8 tiles at or past it are skipped when kGuardCols); the fragment rows are the
+// sequence positions pos.., those at or past len skipped. sm_90+: lanes c, c^1 swap half fragments so that
+// each lane holds 4 consecutive columns of one row (even c: row g, odd c: row g + 8) and sends one 16-byte
+// vector atomic per n8 tile, all at immediate offsets from one address: half the RED instructions of 8-byte
+// pairs and no per-row address arithmetic whose registers wait for the queued REDs (acc 16-byte aligned).
+// sm_80: two scalar atomics per value pair.
+template <int MT, int NT, bool kGuardCols>
+__device__ __forceinline__ void atomic_add_fragment(float* acc, int64_t row, int col, int stride,
+                                                    const float (&x)[MT][NT][4], int pos, int len, int lane) {
+  const int g = lane / 4, c = lane % 4;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(v0, v1));
+  const bool odd = c & 1;
+  const int r = g + (odd ? 8 : 0);
+  float* at = acc + (row + r) * stride + col + 4 * (c / 2);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    float4 q[NT];  // the tile row's exchanges first, then its reductions as one predicated run
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float* v = x[mt][nt];
+      const float r0 = __shfl_xor_sync(0xffffffffu, odd ? v[0] : v[2], 1);  // the partner's half of my row
+      const float r1 = __shfl_xor_sync(0xffffffffu, odd ? v[1] : v[3], 1);
+      q[nt] = odd ? make_float4(r0, r1, v[2], v[3]) : make_float4(v[0], v[1], r0, r1);
+    }
+    const bool row_ok = pos + mt * 16 + r < len;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      ptx::red_add_v4_f32(at + mt * 16 * stride + nt * 8, q[nt], row_ok && (!kGuardCols || col + nt * 8 < stride));
+  }
 #else
-  atomicAdd(dst, v0);
-  atomicAdd(dst + 1, v1);
+  float* out = acc + (row + g) * stride + col + 2 * c;  // row g, column pair c
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      if (pos + mt * 16 + g + 8 * hi >= len) continue;
+      float* at = out + (mt * 16 + 8 * hi) * stride;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        if (!kGuardCols || col + nt * 8 < stride) {
+          atomicAdd(at + nt * 8, x[mt][nt][2 * hi]);
+          atomicAdd(at + nt * 8 + 1, x[mt][nt][2 * hi + 1]);
+        }
+    }
 #endif
 }
 
