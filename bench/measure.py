@@ -65,7 +65,7 @@ def environment(argv):
         "cuda": torch.version.cuda, "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version(), "triton": triton_version,
         "flashgate": fg_version, "python": platform.python_version(),
-        "git": run(["git", "rev-parse", "--short", "HEAD"]) or os.environ.get("FLASHGATE_GIT_REV", ""),
+        "git": os.environ.get("FLASHGATE_GIT_REV") or run(["git", "rev-parse", "--short", "HEAD"]),
         "command": " ".join(["python3"] + _without_out_dir(argv)),
     }
 

@@ -124,7 +124,8 @@ def write(out, outdir):
           "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in env.items()] + [
           f"| bf16 matmul ceiling (this run) | {ceil['matmul_bf16_tflops']:.0f} TFLOP/s |",
           f"| copy ceiling (this run, read+write) | {ceil['copy_gbps']:.0f} GB/s |",
-          f"| wall time | {out.get('seconds', 0):.0f} s |", ""]
+          f"| wall time | {out.get('seconds', 0):.0f} s |"] + (
+          [f"| peers not given | {', '.join(out['peers_not_given'])} |"] if out.get("peers_not_given") else []) + [""]
     if out.get("training"):
         md += ["## Training (TFLOP/s fwd / bwd, bf16, causal; ratios flashgate / peer)", "",
                training_table(out["training"]), ""]

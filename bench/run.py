@@ -254,6 +254,10 @@ def main():
     torch.manual_seed(0)
 
     out = {"env": measure.environment(sys.argv), "ceilings": measure.ceilings()}
+    # Peers that need a checkout path the command did not give: named in the report, not silently absent.
+    out["peers_not_given"] = [f"{name} (no {flag} PATH)" for name, flag, path in
+                              (("FLA Triton / FLA decode", "--fla", args.fla), ("vLLM paged", "--vllm", args.vllm))
+                              if not path]
     log(f"env: {out['env']}\nceilings: {out['ceilings']}")
     contenders = {"flashgate": peers.flashgate_training}
     wanted = set(args.peers.split(","))
