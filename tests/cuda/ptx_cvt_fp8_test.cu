@@ -1,5 +1,6 @@
 // GPU test of the e4m3x2 -> f16x2 wrappers (src/cuda/ptx/cvt_fp8.h): every byte value in every position, in
-// random words (fresh seed), both halves of each word, against the host's exact e4m3 decoding. NaN bytes
+// random words (fresh seed), both halves of each word, against the host's exact e4m3 decoding; both the path
+// this GPU compiles (the instruction on sm_89+) and the emulated path of older GPUs. NaN bytes
 // (0x7f, 0xff) are skipped: the emulated path (below sm_89) does not keep them, and the kernels never
 // convert them. Outputs start poisoned.
 #include <cuda_fp16.h>
@@ -19,12 +20,15 @@
 
 namespace {
 
-// out[2i] = bytes 0,1 of in[i] as f16x2; out[2i+1] = bytes 2,3.
-__global__ void cvt_fp8_kernel(const uint32_t* in, uint32_t* out, int n) {
+// out[2i] = bytes 0,1 of in[i] as f16x2; out[2i+1] = bytes 2,3 (through the emulated path when `emulated`).
+__global__ void cvt_fp8_kernel(const uint32_t* in, uint32_t* out, int n, bool emulated) {
+  namespace d = flashgate::ptx::detail;
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  out[2 * i] = flashgate::ptx::e4m3x2_lo_to_f16x2(in[i]);
-  out[2 * i + 1] = flashgate::ptx::e4m3x2_hi_to_f16x2(in[i]);
+  out[2 * i] = emulated ? d::e4m3x2_to_f16x2_emulated(in[i], d::kLoPairSelector)
+                        : flashgate::ptx::e4m3x2_lo_to_f16x2(in[i]);
+  out[2 * i + 1] = emulated ? d::e4m3x2_to_f16x2_emulated(in[i], d::kHiPairSelector)
+                            : flashgate::ptx::e4m3x2_hi_to_f16x2(in[i]);
 }
 
 float half_bits_to_float(uint16_t h) {
@@ -33,8 +37,7 @@ float half_bits_to_float(uint16_t h) {
   return __half2float(__half(r));
 }
 
-TEST(Ptx, E4m3x2ToF16x2) {
-  FLASHGATE_REQUIRE_GPU();
+void check_cvt_fp8(bool emulated) {
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -53,7 +56,8 @@ TEST(Ptx, E4m3x2ToF16x2) {
   ASSERT_EQ(cudaMalloc(&d_out, 2 * n * sizeof(uint32_t)), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(d_in, in.data(), n * sizeof(uint32_t), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemset(d_out, 0xff, 2 * n * sizeof(uint32_t)), cudaSuccess);  // f16 NaN poison
-  cvt_fp8_kernel<<<(n + 127) / 128, 128>>>(d_in, d_out, n);
+  cvt_fp8_kernel<<<(n + 127) / 128, 128>>>(d_in, d_out, n, emulated);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<uint32_t> out(2 * n);
   ASSERT_EQ(cudaMemcpy(out.data(), d_out, 2 * n * sizeof(uint32_t), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -75,6 +79,16 @@ TEST(Ptx, E4m3x2ToF16x2) {
         ++failures;
       }
     }
+}
+
+TEST(Ptx, E4m3x2ToF16x2) {
+  FLASHGATE_REQUIRE_GPU();
+  check_cvt_fp8(false);
+}
+
+TEST(Ptx, E4m3x2ToF16x2Emulated) {
+  FLASHGATE_REQUIRE_GPU();
+  check_cvt_fp8(true);
 }
 
 }  // namespace

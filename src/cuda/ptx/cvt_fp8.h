@@ -12,6 +12,9 @@
 namespace flashgate::ptx {
 
 namespace detail {
+// byte_perm selectors of the emulated path: bytes 0, 1 (lo pair) or 2, 3 (hi pair) into bits 8-15 of each half.
+constexpr uint32_t kLoPairSelector = 0x1404u, kHiPairSelector = 0x3424u;
+
 // e4m3 bytes `sel` of w (a byte_perm selector placing them in bits 8-15 of each half) as f16x2.
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2_emulated(uint32_t w, uint32_t sel) {
   const uint32_t x = __byte_perm(w, 0u, sel);
@@ -29,7 +32,7 @@ __device__ __forceinline__ uint32_t e4m3x2_lo_to_f16x2(uint32_t w) {
   asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n}\n" : "=r"(d) : "r"(w));
   return d;
 #else
-  return detail::e4m3x2_to_f16x2_emulated(w, 0x1404u);
+  return detail::e4m3x2_to_f16x2_emulated(w, detail::kLoPairSelector);
 #endif
 }
 
@@ -40,7 +43,7 @@ __device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2(uint32_t w) {
   asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(d) : "r"(w));
   return d;
 #else
-  return detail::e4m3x2_to_f16x2_emulated(w, 0x3424u);
+  return detail::e4m3x2_to_f16x2_emulated(w, detail::kHiPairSelector);
 #endif
 }
 
