@@ -23,15 +23,15 @@ def training_table(rows):
             if n not in names:
                 names.append(n)
     peers = [n for n in names if n != "flashgate"]
-    lines = ["| case | " + " | ".join(f"{n} fwd / bwd" for n in names) + " | " +
-             " | ".join(f"vs {p} fwd / bwd" for p in peers) + " |",
+    keys = ("fwd_tflops", "bwd_tflops", "fwdbwd_tflops")
+    lines = ["| case | " + " | ".join(f"{n} fwd / bwd / fwd+bwd" for n in names) + " | " +
+             " | ".join(f"vs {p} fwd / bwd / fwd+bwd" for p in peers) + " |",
              "|---" * (1 + len(names) + len(peers)) + "|"]
     for r in rows:
         cs = r["contenders"]
         fg = cs.get("flashgate", {})
-        cells = [f"{_fmt(cs.get(n, {}), 'fwd_tflops')} / {_fmt(cs.get(n, {}), 'bwd_tflops')}" for n in names]
-        ratios = [f"{_ratio(fg, cs.get(p, {}), 'fwd_tflops')} / {_ratio(fg, cs.get(p, {}), 'bwd_tflops')}"
-                  for p in peers]
+        cells = [" / ".join(_fmt(cs.get(n, {}), k) for k in keys) for n in names]
+        ratios = [" / ".join(_ratio(fg, cs.get(p, {}), k) for k in keys) for p in peers]
         lines.append(f"| {r['row']} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
     return "\n".join(lines)
 
@@ -127,7 +127,7 @@ def write(out, outdir):
           f"| wall time | {out.get('seconds', 0):.0f} s |"] + (
           [f"| peers not given | {', '.join(out['peers_not_given'])} |"] if out.get("peers_not_given") else []) + [""]
     if out.get("training"):
-        md += ["## Training (TFLOP/s fwd / bwd, bf16, causal; ratios flashgate / peer)", "",
+        md += ["## Training (TFLOP/s fwd / bwd / fwd+bwd, bf16, causal; ratios flashgate / peer)", "",
                training_table(out["training"]), ""]
     if out.get("serving"):
         md += ["## Serving (GB/s of K/V read; CUDA-graph replays)", "",
