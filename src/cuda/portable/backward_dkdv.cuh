@@ -49,7 +49,10 @@ __device__ __forceinline__ void col_terms_of(float (&col)[NT][2], const float* c
 // kFull: the head dims fill the bucket (K16 == V16 == kD), so every GEMM runs over compile-time bounds
 // without column guards (straight-line code the compiler can software-pipeline); otherwise the run-time
 // K16 / V16 bound the columns.
-template <class T, int kD, bool kFull>
+// kRowSums (BackwardParams::needs_row_sums: a gate or a sink): the E/mass row sums, the gate's row and
+// column terms and dS column sums. Without them (the common case) a step's gradient is just dS = P (dP - D),
+// which frees the registers and instructions those sums take next to the GEMMs.
+template <class T, int kD, bool kFull, bool kRowSums>
 __global__ void __launch_bounds__(kMmaThreads, 1)
     dkdv_kernel(BackwardParams p, TileSchedule key_tiles, int slices, int stages, bool with_dq) {
   using C = TileConfig<kD>;
@@ -80,6 +83,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   auto stage_terms = [&](int stage) { return reinterpret_cast<float*>(sStages + stage * kStageBytes + 2 * kBr * LD * 2); };
 
   const AttentionParams& a = p.a;
+  const bool has_gate = kRowSums && a.has_gate;
   const int K16 = kFull ? kD : p.K16, V16 = kFull ? kD : p.V16;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
 
@@ -110,7 +114,17 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const int qm = warp / QD, qd = warp % QD;  // dQ block: rows q_m0.., columns col0 + qd*QW..
   const int s_m0 = sm * MS * 16, s_n0 = sn * NT * 8;
   const int kv_m0 = wn * MK * 16, kv_n0 = col0 + wd * NTD * 8;
-  const int q_m0 = qm * MQ * 16;
+  const int q_m0 = qm * MQ * 16, q_n0 = col0 + qd * QW;
+
+  // ldmatrix addresses of the warp's operand blocks, once per CTA (the GEMMs add compile-time offsets): Q
+  // as A rows (S; dO follows Q by kToDo bytes: dP) and as transposed B (dK; dV), K as B rows (S; V follows K
+  // by kToV: dP) and as transposed B (dQ), P as transposed A (dV; dS follows P by kToDs: dK), dS as A rows
+  // (dQ). The stage's Q/dO add stage * kStageBytes.
+  const uint32_t q_rows0 = ldsm_a(stage_q(0), LD, s_m0, lane), q_trans0 = ldsm_b_trans(stage_q(0), LD, kv_n0, lane);
+  const uint32_t k_rows = ldsm_b(sK, LD, s_n0, lane), k_trans = ldsm_b_trans(sK, LD, q_n0, lane);
+  const uint32_t p_trans = ldsm_a_trans(sP, LDP, kv_m0, lane), ds_rows = ldsm_a(sdS, LDP, q_m0, lane);
+  constexpr uint32_t kToDo = tile_offset<T>(kBr, 0, LD), kToV = tile_offset<T>(kBc, 0, LD);
+  constexpr uint32_t kToDs = tile_offset<T>(kBr, 0, LDP);
 
   // The loop runs over (query head of this part, query tile) steps; Q/dO of step `it` live in stage it % stages,
   // next to the step's row terms (lse, D, Gc of its rows) and the Gc of the key columns. The terms travel
@@ -130,7 +144,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
                                            p.dout.token_stride, len - i0, a.V, p.V16, tid);
     // Terms: lse[kBr] | D[kBr] | Gc of the rows [kBr] | Gc of the key columns [kBc]; zero past len.
     const int64_t base = p.row_index(seq.batch, h, seq.start);
-    const float* gc = a.has_gate ? a.gc_row(seq.batch, h) + seq.start : nullptr;
+    const float* gc = has_gate ? a.gc_row(seq.batch, h) + seq.start : nullptr;
     float* t_dst = stage_terms(stage);
     for (int e = tid; e < (gc ? kStepTerms : 2 * kBr); e += kMmaThreads) {
       const int part_of = e / kBr, r = e - part_of * kBr;  // part 3 (columns) spans kBc entries
@@ -166,43 +180,43 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     ptx::cp_async_wait<0>();
     __syncthreads();
     if (stages == 2 && it + 1 < steps) load_step(head_ends ? h + 1 : h, head_ends ? rows.begin : i0 + kBr, stage ^ 1);
-    const T* sQ = stage_q(stage);
-    const T* sdO = sQ + kBr * LD;
+    const uint32_t q_rows = q_rows0 + stage * kStageBytes, q_trans = q_trans0 + stage * kStageBytes;
     const float* terms = stage_terms(stage);
 
     // dP, then S in kScorePasses column passes, each turned into P (stored) and dS at once: a pass's S
     // accumulators are all that is live next to dP's, which keeps the wide buckets within 255 registers.
     float dp[MS][NT][4];
-    gemm_abt<T, MS, NT, kFull ? kD / 16 : 0>(dp, sdO, sV, LD, s_m0, s_n0, V16 / 16, lane);
-    const RowTerms<MS> rt = row_terms_of<MS, kBr>(terms, a.has_gate, s_m0 + g, i0 + s_m0 + g, len);
+    gemm_abt<T, MS, NT, kFull ? kD / 16 : 0>(dp, q_rows + kToDo, k_rows + kToV, LD, V16 / 16);
+    const RowTerms<MS> rt = row_terms_of<MS, kBr>(terms, has_gate, s_m0 + g, i0 + s_m0 + g, len);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
     RowSums<MS> sums;
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
       const int n0 = s_n0 + pass * NPS * 8;
       float s[MS][NPS][4];
-      gemm_abt<T, MS, NPS, kFull ? kD / 16 : 0>(s, sQ, sK, LD, s_m0, n0, K16 / 16, lane);
+      gemm_abt<T, MS, NPS, kFull ? kD / 16 : 0>(s, q_rows, k_rows + tile_offset<T>(pass * NPS * 8, 0, LD), LD,
+                                                K16 / 16);
       float col_terms[NPS][2];
-      col_terms_of(col_terms, terms + 3 * kBr, a.has_gate, n0 + 2 * c);
+      col_terms_of(col_terms, terms + 3 * kBr, has_gate, n0 + 2 * c);
       probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + n0 + 2 * c, len, a.window);
-      grads(dp, s, pass * NPS, rt, sums);
+      grads<kRowSums>(dp, s, pass * NPS, rt, sums);
       store_fragment<T, MS, NPS>(sP, LDP, s, s_m0, n0, lane);
     }
-    if (with_dq && p.need_E && first_slice) {
+    if (kRowSums && with_dq && p.need_E && first_slice) {
 #pragma unroll
       for (int mt = 0; mt < MS; ++mt)
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
           const float e = quad_sum(sums.e[mt][hi]);
-          const float mass = a.has_gate ? quad_sum(sums.mass[mt][hi]) : 0.f;
+          const float mass = has_gate ? quad_sum(sums.mass[mt][hi]) : 0.f;
           const int i = i0 + s_m0 + mt * 16 + g + 8 * hi;
           if (c == 0 && i < len) {
             atomicAdd(&p.E[base + i], e);
-            if (a.has_gate) atomicAdd(&p.mass[base + i], mass);
+            if (has_gate) atomicAdd(&p.mass[base + i], mass);
           }
         }
     }
-    if (a.has_gate && first_slice) {
+    if (has_gate && first_slice) {
       // The head's column sums of dS: this step's rows of the warp (its MS tiles, then its 8 row groups)
       // added to the warp's own slots sColsum[sm][its columns]; lane g == 0 owns them, so the order is fixed.
 #pragma unroll
@@ -222,23 +236,24 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     store_fragment<T, MS, NT>(sdS, LDP, dp, s_m0, s_n0, lane);
     __syncthreads();
 
-    gemm_atb<T, MK, NTD, kBr, !kFull>(dv, sP, LDP, sdO, LD, kv_m0, kv_n0, V16, lane);
-    gemm_atb<T, MK, NTD, kBr, !kFull>(dk, sdS, LDP, sQ, LD, kv_m0, kv_n0, K16, lane);
+    gemm_atb<T, MK, NTD, kBr, !kFull>(dv, p_trans, LDP, q_trans + kToDo, LD, kv_n0, V16);
+    gemm_atb<T, MK, NTD, kBr, !kFull>(dk, p_trans + kToDs, LDP, q_trans, LD, kv_n0, K16);
 
     if (with_dq) {
       // dQ[i0.., slice] += dS K: QCH-column chunks (bounded registers), straight into the fp32 accumulator.
 #pragma unroll
       for (int ch = 0; ch < QW / QCH; ++ch) {
-        const int n0 = col0 + qd * QW + ch * QCH;
+        const int n0 = q_n0 + ch * QCH;
         if (!kFull && n0 >= K16) break;
         float acc[MQ][QCH / 8][4];
         zero(acc);
-        gemm_ab<T, MQ, QCH / 8, kBc, !kFull>(acc, sdS, LDP, sK, LD, q_m0, n0, K16, lane);
+        gemm_ab<T, MQ, QCH / 8, kBc, !kFull>(acc, ds_rows, LDP, k_trans + tile_offset<T>(0, ch * QCH, LD), LD, n0,
+                                             K16);
         atomic_add_fragment<MQ, QCH / 8, !kFull>(p.dq_acc, base + i0 + q_m0, n0, K16, acc, i0 + q_m0, len, lane);
       }
     }
 
-    if (a.has_gate && first_slice && head_ends) {
+    if (has_gate && first_slice && head_ends) {
       // The head's column sums over every row that sees the keys: the SM warp-row partials in a fixed order.
       // The last step's slots were written before this step's __syncthreads above.
       for (int col = tid; col < kBc; col += kMmaThreads) {
@@ -254,7 +269,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   ptx::cp_async_wait<0>();  // K/V copies are still in flight when no query row sees these keys
 
   // Keys that no query row sees (window 0) still get their zero column sums.
-  if (a.has_gate && first_slice && steps == 0) {
+  if (has_gate && first_slice && steps == 0) {
     for (int64_t h = h_first; h < h_first + heads_per_part; ++h) {
       const int64_t base = p.row_index(seq.batch, h, seq.start);
       for (int col = tid; col < kBc; col += kMmaThreads)
@@ -279,19 +294,20 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   }
 }
 
-template <class T, int kD>
+template <class T, int kD, bool kRowSums>
 void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slices, int stages, cudaStream_t stream) {
   const int64_t blocks = keys.num_tiles * p.a.H * p.head_parts * slices;
   if (blocks == 0) return;
   const size_t smem = dkdv_smem_bytes<kD>(stages);
-  const auto kernel = p.K16 == kD && p.V16 == kD ? dkdv_kernel<T, kD, true> : dkdv_kernel<T, kD, false>;
+  const auto kernel =
+      p.K16 == kD && p.V16 == kD ? dkdv_kernel<T, kD, true, kRowSums> : dkdv_kernel<T, kD, false, kRowSums>;
   FLASHGATE_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   kernel<<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, keys, slices, stages, !p.deterministic);
   FLASHGATE_CHECK_LAUNCH("dkdv_kernel");
 }
 
-#define FLASHGATE_INSTANTIATE_DKDV(T, D)                                                               \
-  template void launch_dkdv_mma<T, D>(const BackwardParams&, const TileSchedule&, int, int, cudaStream_t);
+#define FLASHGATE_INSTANTIATE_DKDV(T, D, ROW_SUMS)                                                     \
+  template void launch_dkdv_mma<T, D, ROW_SUMS>(const BackwardParams&, const TileSchedule&, int, int, cudaStream_t);
 
 }  // namespace flashgate::cuda::bwd

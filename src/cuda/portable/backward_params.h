@@ -31,6 +31,10 @@ struct BackwardParams {
   float* dv_part = nullptr; // [head_parts][B][H][T][V16]
   int head_parts = 1;       // the G query heads of a kv head split over this many CTAs (divides G)
 
+  // The key-major kernel's variant with E/mass row sums and the gate's terms (dkdv_kernel kRowSums); the
+  // one without them is for neither a gate nor a sink.
+  FG_HOST_DEVICE bool needs_row_sums() const { return need_E || a.has_gate; }
+
   FG_HOST_DEVICE int64_t row_index(int64_t b, int64_t h, int64_t t) const { return (b * a.HQ + h) * a.T + t; }
   FG_HOST_DEVICE int64_t kv_row_index(int64_t part, int64_t b, int64_t hk, int64_t t) const {
     return ((part * a.B + b) * a.H + hk) * a.T + t;
