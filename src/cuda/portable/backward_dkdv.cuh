@@ -46,6 +46,16 @@ __device__ __forceinline__ void col_terms_of(float (&col)[NT][2], const float* c
     for (int lo = 0; lo < 2; ++lo) col[nt][lo] = has_gate ? col_gc[c_first + nt * 8 + lo] * kLog2e : 0.f;
 }
 
+// The dK/dV kernel's ldmatrix addresses (the one place for this rule): 32-bit shared addresses formed once
+// per CTA (the stage adds its offset) save the per-step address arithmetic, but keep six registers live
+// across the loop; generic pointers re-formed from the stage's tiles each step (the addressing before
+// round 7) leave ptxas free to rematerialise them. Per-CTA addresses only without the row sums: with them
+// sm_90a D256 kFull spilled 28 B (-Xptxas -v, round 8; spill-free re-formed).
+template <int kD, bool kFull, bool kRowSums>
+__device__ constexpr bool cta_ldsm_addresses() {
+  return !kRowSums;
+}
+
 // kFull: the head dims fill the bucket (K16 == V16 == kD), so every GEMM runs over compile-time bounds
 // without column guards (straight-line code the compiler can software-pipeline); otherwise the run-time
 // K16 / V16 bound the columns.
@@ -116,15 +126,32 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const int kv_m0 = wn * MK * 16, kv_n0 = col0 + wd * NTD * 8;
   const int q_m0 = qm * MQ * 16, q_n0 = col0 + qd * QW;
 
-  // ldmatrix addresses of the warp's operand blocks, once per CTA (the GEMMs add compile-time offsets): Q
-  // as A rows (S; dO follows Q by kToDo bytes: dP) and as transposed B (dK; dV), K as B rows (S; V follows K
-  // by kToV: dP) and as transposed B (dQ), P as transposed A (dV; dS follows P by kToDs: dK), dS as A rows
-  // (dQ). The stage's Q/dO add stage * kStageBytes.
-  const uint32_t q_rows0 = ldsm_a(stage_q(0), LD, s_m0, lane), q_trans0 = ldsm_b_trans(stage_q(0), LD, kv_n0, lane);
-  const uint32_t k_rows = ldsm_b(sK, LD, s_n0, lane), k_trans = ldsm_b_trans(sK, LD, q_n0, lane);
-  const uint32_t p_trans = ldsm_a_trans(sP, LDP, kv_m0, lane), ds_rows = ldsm_a(sdS, LDP, q_m0, lane);
+  // ldmatrix addresses of the warp's operand blocks in a stage (the GEMMs add compile-time offsets): Q as A
+  // rows (S; dO follows Q by kToDo bytes: dP) and as transposed B (dK; dV), K as B rows (S; V follows K by
+  // kToV: dP) and as transposed B (dQ), P as transposed A (dV; dS follows P by kToDs: dK), dS as A rows (dQ).
+  // Their form and when they are formed: see cta_ldsm_addresses.
+  constexpr bool kCtaAddresses = cta_ldsm_addresses<kD, kFull, kRowSums>();
+  using Addr = std::conditional_t<kCtaAddresses, uint32_t, SmemBytes>;
+  struct Operands {
+    Addr q_rows, q_trans, k_rows, k_trans, p_trans, ds_rows;
+  };
+  auto operands_of = [&](int stage) {
+    const T* sQ = stage_q(stage);
+    return Operands{ldsm_a<Addr>(sQ, LD, s_m0, lane),         ldsm_b_trans<Addr>(sQ, LD, kv_n0, lane),
+                    ldsm_b<Addr>(sK, LD, s_n0, lane),         ldsm_b_trans<Addr>(sK, LD, q_n0, lane),
+                    ldsm_a_trans<Addr>(sP, LDP, kv_m0, lane), ldsm_a<Addr>(sdS, LDP, q_m0, lane)};
+  };
   constexpr uint32_t kToDo = tile_offset<T>(kBr, 0, LD), kToV = tile_offset<T>(kBc, 0, LD);
   constexpr uint32_t kToDs = tile_offset<T>(kBr, 0, LDP);
+  const Operands cta_operands = operands_of(0);
+  // A step's addresses: the per-CTA ones plus the stage's offset, or formed afresh.
+  auto operands = [&](int stage) {
+    if constexpr (!kCtaAddresses) return operands_of(stage);
+    Operands op = cta_operands;
+    op.q_rows += stage * kStageBytes;
+    op.q_trans += stage * kStageBytes;
+    return op;
+  };
 
   // The loop runs over (query head of this part, query tile) steps; Q/dO of step `it` live in stage it % stages,
   // next to the step's row terms (lse, D, Gc of its rows) and the Gc of the key columns. The terms travel
@@ -180,13 +207,13 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     ptx::cp_async_wait<0>();
     __syncthreads();
     if (stages == 2 && it + 1 < steps) load_step(head_ends ? h + 1 : h, head_ends ? rows.begin : i0 + kBr, stage ^ 1);
-    const uint32_t q_rows = q_rows0 + stage * kStageBytes, q_trans = q_trans0 + stage * kStageBytes;
     const float* terms = stage_terms(stage);
+    const auto op = [&] { return operands(stage); };  // at each GEMM call (see cta_ldsm_addresses)
 
     // dP, then S in kScorePasses column passes, each turned into P (stored) and dS at once: a pass's S
     // accumulators are all that is live next to dP's, which keeps the wide buckets within 255 registers.
     float dp[MS][NT][4];
-    gemm_abt<T, MS, NT, kFull ? kD / 16 : 0>(dp, q_rows + kToDo, k_rows + kToV, LD, V16 / 16);
+    gemm_abt<T, MS, NT, kFull ? kD / 16 : 0>(dp, op().q_rows + kToDo, op().k_rows + kToV, LD, V16 / 16);
     const RowTerms<MS> rt = row_terms_of<MS, kBr>(terms, has_gate, s_m0 + g, i0 + s_m0 + g, len);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
     RowSums<MS> sums;
@@ -194,8 +221,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     for (int pass = 0; pass < kPasses; ++pass) {
       const int n0 = s_n0 + pass * NPS * 8;
       float s[MS][NPS][4];
-      gemm_abt<T, MS, NPS, kFull ? kD / 16 : 0>(s, q_rows, k_rows + tile_offset<T>(pass * NPS * 8, 0, LD), LD,
-                                                K16 / 16);
+      gemm_abt<T, MS, NPS, kFull ? kD / 16 : 0>(s, op().q_rows, op().k_rows + tile_offset<T>(pass * NPS * 8, 0, LD),
+                                                LD, K16 / 16);
       float col_terms[NPS][2];
       col_terms_of(col_terms, terms + 3 * kBr, has_gate, n0 + 2 * c);
       probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + n0 + 2 * c, len, a.window);
@@ -236,8 +263,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     store_fragment<T, MS, NT>(sdS, LDP, dp, s_m0, s_n0, lane);
     __syncthreads();
 
-    gemm_atb<T, MK, NTD, kBr, !kFull>(dv, p_trans, LDP, q_trans + kToDo, LD, kv_n0, V16);
-    gemm_atb<T, MK, NTD, kBr, !kFull>(dk, p_trans + kToDs, LDP, q_trans, LD, kv_n0, K16);
+    gemm_atb<T, MK, NTD, kBr, !kFull>(dv, op().p_trans, LDP, op().q_trans + kToDo, LD, kv_n0, V16);
+    gemm_atb<T, MK, NTD, kBr, !kFull>(dk, op().p_trans + kToDs, LDP, op().q_trans, LD, kv_n0, K16);
 
     if (with_dq) {
       // dQ[i0.., slice] += dS K: QCH-column chunks (bounded registers), straight into the fp32 accumulator.
@@ -247,8 +274,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         if (!kFull && n0 >= K16) break;
         float acc[MQ][QCH / 8][4];
         zero(acc);
-        gemm_ab<T, MQ, QCH / 8, kBc, !kFull>(acc, ds_rows, LDP, k_trans + tile_offset<T>(0, ch * QCH, LD), LD, n0,
-                                             K16);
+        gemm_ab<T, MQ, QCH / 8, kBc, !kFull>(acc, op().ds_rows, LDP, op().k_trans + tile_offset<T>(0, ch * QCH, LD),
+                                             LD, n0, K16);
         atomic_add_fragment<MQ, QCH / 8, !kFull>(p.dq_acc, base + i0 + q_m0, n0, K16, acc, i0 + q_m0, len, lane);
       }
     }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/element.h"
 #include "cuda/common/online_softmax.h"
@@ -31,9 +32,12 @@ __device__ __forceinline__ TileMapEntry key_tile_heaviest_first(const TileSchedu
 }
 
 // ---- operand fragments ----------------------------------------------------------------------------------
-// A thread's ldmatrix row address (32-bit shared byte address) for a warp's block of a row-major tile
-// (ldsm_*); every m16/n16 tile and k-step of the block is a compile-time byte offset from it (tile_offset),
-// which ptxas folds into the LDSM's immediate. Kernels may compute these once per CTA and keep them.
+// A thread's ldmatrix row address for a warp's block of a row-major tile (ldsm_*); every m16/n16 tile and
+// k-step of the block is a compile-time byte offset from it (tile_offset). Addr is its form: a 32-bit shared
+// byte address (uint32_t: ptxas folds the offsets into the LDSM immediates, so a kernel may form it once per
+// CTA and keep it) or a generic byte pointer (SmemBytes: converted at each ldmatrix, cheap to re-form from a
+// tile pointer where registers are too tight to keep addresses).
+using SmemBytes = const unsigned char*;
 
 // Byte offset of element (row, col) of a row-major tile of `stride` elements per row.
 template <class T>
@@ -41,26 +45,33 @@ __device__ __forceinline__ constexpr uint32_t tile_offset(int row, int col, int 
   return static_cast<uint32_t>((row * stride + col) * static_cast<int>(sizeof(T)));
 }
 
+// `tile` + `offset` bytes as an Addr.
+template <class Addr>
+__device__ __forceinline__ Addr smem_at(const void* tile, uint32_t offset) {
+  if constexpr (std::is_same_v<Addr, SmemBytes>) return static_cast<SmemBytes>(tile) + offset;
+  else return ptx::smem_addr(tile) + offset;
+}
+
 // A (16 x 16) fragments at rows m0.. of a row-major [m][k] tile (ldmatrix_x4).
-template <class T>
-__device__ __forceinline__ uint32_t ldsm_a(const T* tile, int stride, int m0, int lane) {
-  return ptx::smem_addr(tile) + tile_offset<T>(m0 + lane % 16, (lane / 16) * 8, stride);
+template <class Addr, class T>
+__device__ __forceinline__ Addr ldsm_a(const T* tile, int stride, int m0, int lane) {
+  return smem_at<Addr>(tile, tile_offset<T>(m0 + lane % 16, (lane / 16) * 8, stride));
 }
 // A (16 x 16) fragments = the transpose of a row-major [k][m] tile, at m0.. (ldmatrix_x4_trans).
-template <class T>
-__device__ __forceinline__ uint32_t ldsm_a_trans(const T* tile, int stride, int m0, int lane) {
-  return ptx::smem_addr(tile) + tile_offset<T>(lane % 8 + (lane / 16) * 8, m0 + ((lane / 8) % 2) * 8, stride);
+template <class Addr, class T>
+__device__ __forceinline__ Addr ldsm_a_trans(const T* tile, int stride, int m0, int lane) {
+  return smem_at<Addr>(tile, tile_offset<T>(lane % 8 + (lane / 16) * 8, m0 + ((lane / 8) % 2) * 8, stride));
 }
 // B of n8 tile pairs from n0.. of a row-major [n][k] tile (ldmatrix_x4: b[0..1] for n0, b[2..3] for n0+8;
 // ldmatrix_x2 of one n8 tile reads lanes 0..15 of the same addresses).
-template <class T>
-__device__ __forceinline__ uint32_t ldsm_b(const T* tile, int stride, int n0, int lane) {
-  return ptx::smem_addr(tile) + tile_offset<T>(n0 + lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8, stride);
+template <class Addr, class T>
+__device__ __forceinline__ Addr ldsm_b(const T* tile, int stride, int n0, int lane) {
+  return smem_at<Addr>(tile, tile_offset<T>(n0 + lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8, stride));
 }
 // B of n8 tile pairs from n0.. of a row-major [k][n] tile (ldmatrix_x4_trans).
-template <class T>
-__device__ __forceinline__ uint32_t ldsm_b_trans(const T* tile, int stride, int n0, int lane) {
-  return ptx::smem_addr(tile) + tile_offset<T>(lane % 8 + ((lane / 8) % 2) * 8, n0 + (lane / 16) * 8, stride);
+template <class Addr, class T>
+__device__ __forceinline__ Addr ldsm_b_trans(const T* tile, int stride, int n0, int lane) {
+  return smem_at<Addr>(tile, tile_offset<T>(lane % 8 + ((lane / 8) % 2) * 8, n0 + (lane / 16) * 8, stride));
 }
 
 template <class T>
@@ -91,8 +102,8 @@ __device__ __forceinline__ void zero(float (&x)[M][N][4]) {
 // acc (MT*16 x NT*8) = A * B^T over k_steps * 16 columns: A row-major [m][k] at `a` (ldsm_a), B row-major
 // [n][k] at `b` (ldsm_b) (S = Q K^T, dP = dO V^T). kSteps > 0: k_steps is that compile-time count, unrolled
 // by two; 0: a run-time loop, one k-step at a time.
-template <class T, int MT, int NT, int kSteps>
-__device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], uint32_t a, uint32_t b, int stride, int k_steps) {
+template <class T, int MT, int NT, int kSteps, class Addr>
+__device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], Addr a, Addr b, int stride, int k_steps) {
   auto k_step = [&](int kk) {
     uint32_t af[MT][4];
 #pragma unroll
@@ -125,8 +136,8 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], uint32_t a, ui
 // stored by query row), B row-major [k][n] at `b` (ldsm_b_trans; dO, Q) whose first column is n0. kGuard:
 // column pairs at or past `n_limit` are skipped (beyond a head dim narrower than the bucket); without it the
 // loop is straight-line code, so the compiler can issue the next fragments' ldmatrix while the MMAs run.
-template <class T, int MT, int NT, int K_ROWS, bool kGuard>
-__device__ __forceinline__ void gemm_atb(float (&acc)[MT][NT][4], uint32_t a, int a_stride, uint32_t b, int b_stride,
+template <class T, int MT, int NT, int K_ROWS, bool kGuard, class Addr>
+__device__ __forceinline__ void gemm_atb(float (&acc)[MT][NT][4], Addr a, int a_stride, Addr b, int b_stride,
                                          int n0, int n_limit) {
   static_assert(NT % 2 == 0, "column pairs");
 #pragma unroll
@@ -147,8 +158,8 @@ __device__ __forceinline__ void gemm_atb(float (&acc)[MT][NT][4], uint32_t a, in
 
 // acc (MT*16 x NT*8) += A * B over K_ROWS: A row-major [m][k] at `a` (ldsm_a; dS), B row-major [k][n] at
 // `b` (ldsm_b_trans; K) whose first column is n0; kGuard as in gemm_atb.
-template <class T, int MT, int NT, int K_ROWS, bool kGuard>
-__device__ __forceinline__ void gemm_ab(float (&acc)[MT][NT][4], uint32_t a, int a_stride, uint32_t b, int b_stride,
+template <class T, int MT, int NT, int K_ROWS, bool kGuard, class Addr>
+__device__ __forceinline__ void gemm_ab(float (&acc)[MT][NT][4], Addr a, int a_stride, Addr b, int b_stride,
                                         int n0, int n_limit) {
   static_assert(NT % 2 == 0, "column pairs");
 #pragma unroll 2
