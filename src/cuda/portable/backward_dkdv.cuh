@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   constexpr int WN = C::kKvWarpRows, WD = 8 / WN, MK = kBc / WN / 16, NTD = kSlice / WD / 8;
   constexpr int QM = C::kDqWarpRows, QD = 8 / QM, MQ = kBr / QM / 16, QW = kSlice / QD;
   constexpr int QCH = QW < C::kDqChunk ? QW : C::kDqChunk;
-  constexpr int kPasses = C::kScorePasses, NPS = NT / kPasses;
+  constexpr int kPasses = kRowSums ? C::kScorePassesRowSums : C::kScorePasses, NPS = NT / kPasses;
   static_assert(SM * SN == 8 && WN * WD == 8 && QM * QD == 8, "8 warps");
   static_assert(MS * SM * 16 == kBr && NT * SN * 8 == kBc && MK * WN * 16 == kBc && NTD * WD * 8 == kSlice &&
                     MQ * QM * 16 == kBr && NPS * kPasses == NT && NTD % 2 == 0 && QW % QCH == 0 && QCH % 16 == 0,
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     const float* terms = stage_terms(stage);
     const auto op = [&] { return operands(stage); };  // at each GEMM call (see cta_ldsm_addresses)
 
-    // dP, then S in kScorePasses column passes, each turned into P (stored) and dS at once: a pass's S
+    // dP, then S in kPasses column passes (TileConfig), each turned into P (stored) and dS at once: a pass's S
     // accumulators are all that is live next to dP's, which keeps the wide buckets within 255 registers.
     float dp[MS][NT][4];
     gemm_abt<T, MS, NT, kFull ? kD / 16 : 0>(dp, op().q_rows + kToDo, op().k_rows + kToV, LD, V16 / 16);
