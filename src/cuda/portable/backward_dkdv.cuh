@@ -46,10 +46,23 @@ __device__ __forceinline__ void col_terms_of(float (&col)[NT][2], const float* c
     for (int lo = 0; lo < 2; ++lo) col[nt][lo] = has_gate ? col_gc[c_first + nt * 8 + lo] * kLog2e : 0.f;
 }
 
+// The dK/dV kernel's ldmatrix addresses (the one place for this rule): 32-bit shared addresses formed once
+// per CTA (the stage adds its offset) save the per-step address arithmetic, but keep six registers live
+// across the loop; generic pointers re-formed from the stage's tiles each step (the addressing before
+// round 7) leave ptxas free to rematerialise them. Per-CTA addresses only without the row sums: with them
+// sm_90a D256 kFull spilled 28 B (-Xptxas -v, round 8; spill-free re-formed).
+template <int kD, bool kFull, bool kRowSums>
+__device__ constexpr bool cta_ldsm_addresses() {
+  return !kRowSums;
+}
+
 // kFull: the head dims fill the bucket (K16 == V16 == kD), so every GEMM runs over compile-time bounds
 // without column guards (straight-line code the compiler can software-pipeline); otherwise the run-time
 // K16 / V16 bound the columns.
-template <class T, int kD, bool kFull>
+// kRowSums (BackwardParams::needs_row_sums: a gate or a sink): the E/mass row sums, the gate's row and
+// column terms and dS column sums. Without them (the common case) a step's gradient is just dS = P (dP - D),
+// which frees the registers and instructions those sums take next to the GEMMs.
+template <class T, int kD, bool kFull, bool kRowSums>
 __global__ void __launch_bounds__(kMmaThreads, 1)
     dkdv_kernel(BackwardParams p, TileSchedule key_tiles, int slices, int stages, bool with_dq) {
   using C = TileConfig<kD>;
@@ -59,7 +72,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   constexpr int WN = C::kKvWarpRows, WD = 8 / WN, MK = kBc / WN / 16, NTD = kSlice / WD / 8;
   constexpr int QM = C::kDqWarpRows, QD = 8 / QM, MQ = kBr / QM / 16, QW = kSlice / QD;
   constexpr int QCH = QW < C::kDqChunk ? QW : C::kDqChunk;
-  constexpr int kPasses = C::kScorePasses, NPS = NT / kPasses;
+  constexpr int kPasses = kRowSums ? C::kScorePassesRowSums : C::kScorePasses, NPS = NT / kPasses;
   static_assert(SM * SN == 8 && WN * WD == 8 && QM * QD == 8, "8 warps");
   static_assert(MS * SM * 16 == kBr && NT * SN * 8 == kBc && MK * WN * 16 == kBc && NTD * WD * 8 == kSlice &&
                     MQ * QM * 16 == kBr && NPS * kPasses == NT && NTD % 2 == 0 && QW % QCH == 0 && QCH % 16 == 0,
@@ -80,6 +93,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   auto stage_terms = [&](int stage) { return reinterpret_cast<float*>(sStages + stage * kStageBytes + 2 * kBr * LD * 2); };
 
   const AttentionParams& a = p.a;
+  const bool has_gate = kRowSums && a.has_gate;
   const int K16 = kFull ? kD : p.K16, V16 = kFull ? kD : p.V16;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
 
@@ -110,7 +124,34 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const int qm = warp / QD, qd = warp % QD;  // dQ block: rows q_m0.., columns col0 + qd*QW..
   const int s_m0 = sm * MS * 16, s_n0 = sn * NT * 8;
   const int kv_m0 = wn * MK * 16, kv_n0 = col0 + wd * NTD * 8;
-  const int q_m0 = qm * MQ * 16;
+  const int q_m0 = qm * MQ * 16, q_n0 = col0 + qd * QW;
+
+  // ldmatrix addresses of the warp's operand blocks in a stage (the GEMMs add compile-time offsets): Q as A
+  // rows (S; dO follows Q by kToDo bytes: dP) and as transposed B (dK; dV), K as B rows (S; V follows K by
+  // kToV: dP) and as transposed B (dQ), P as transposed A (dV; dS follows P by kToDs: dK), dS as A rows (dQ).
+  // Their form and when they are formed: see cta_ldsm_addresses.
+  constexpr bool kCtaAddresses = cta_ldsm_addresses<kD, kFull, kRowSums>();
+  using Addr = std::conditional_t<kCtaAddresses, uint32_t, SmemBytes>;
+  struct Operands {
+    Addr q_rows, q_trans, k_rows, k_trans, p_trans, ds_rows;
+  };
+  auto operands_of = [&](int stage) {
+    const T* sQ = stage_q(stage);
+    return Operands{ldsm_a<Addr>(sQ, LD, s_m0, lane),         ldsm_b_trans<Addr>(sQ, LD, kv_n0, lane),
+                    ldsm_b<Addr>(sK, LD, s_n0, lane),         ldsm_b_trans<Addr>(sK, LD, q_n0, lane),
+                    ldsm_a_trans<Addr>(sP, LDP, kv_m0, lane), ldsm_a<Addr>(sdS, LDP, q_m0, lane)};
+  };
+  constexpr uint32_t kToDo = tile_offset<T>(kBr, 0, LD), kToV = tile_offset<T>(kBc, 0, LD);
+  constexpr uint32_t kToDs = tile_offset<T>(kBr, 0, LDP);
+  const Operands cta_operands = operands_of(0);
+  // A step's addresses: the per-CTA ones plus the stage's offset, or formed afresh.
+  auto operands = [&](int stage) {
+    if constexpr (!kCtaAddresses) return operands_of(stage);
+    Operands op = cta_operands;
+    op.q_rows += stage * kStageBytes;
+    op.q_trans += stage * kStageBytes;
+    return op;
+  };
 
   // The loop runs over (query head of this part, query tile) steps; Q/dO of step `it` live in stage it % stages,
   // next to the step's row terms (lse, D, Gc of its rows) and the Gc of the key columns. The terms travel
@@ -130,7 +171,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
                                            p.dout.token_stride, len - i0, a.V, p.V16, tid);
     // Terms: lse[kBr] | D[kBr] | Gc of the rows [kBr] | Gc of the key columns [kBc]; zero past len.
     const int64_t base = p.row_index(seq.batch, h, seq.start);
-    const float* gc = a.has_gate ? a.gc_row(seq.batch, h) + seq.start : nullptr;
+    const float* gc = has_gate ? a.gc_row(seq.batch, h) + seq.start : nullptr;
     float* t_dst = stage_terms(stage);
     for (int e = tid; e < (gc ? kStepTerms : 2 * kBr); e += kMmaThreads) {
       const int part_of = e / kBr, r = e - part_of * kBr;  // part 3 (columns) spans kBc entries
@@ -166,43 +207,43 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     ptx::cp_async_wait<0>();
     __syncthreads();
     if (stages == 2 && it + 1 < steps) load_step(head_ends ? h + 1 : h, head_ends ? rows.begin : i0 + kBr, stage ^ 1);
-    const T* sQ = stage_q(stage);
-    const T* sdO = sQ + kBr * LD;
     const float* terms = stage_terms(stage);
+    const auto op = [&] { return operands(stage); };  // at each GEMM call (see cta_ldsm_addresses)
 
-    // dP, then S in kScorePasses column passes, each turned into P (stored) and dS at once: a pass's S
+    // dP, then S in kPasses column passes (TileConfig), each turned into P (stored) and dS at once: a pass's S
     // accumulators are all that is live next to dP's, which keeps the wide buckets within 255 registers.
     float dp[MS][NT][4];
-    gemm_abt<T, MS, NT, kFull ? kD / 16 : 0>(dp, sdO, sV, LD, s_m0, s_n0, V16 / 16, lane);
-    const RowTerms<MS> rt = row_terms_of<MS, kBr>(terms, a.has_gate, s_m0 + g, i0 + s_m0 + g, len);
+    gemm_abt<T, MS, NT, kFull ? kD / 16 : 0>(dp, op().q_rows + kToDo, op().k_rows + kToV, LD, V16 / 16);
+    const RowTerms<MS> rt = row_terms_of<MS, kBr>(terms, has_gate, s_m0 + g, i0 + s_m0 + g, len);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
     RowSums<MS> sums;
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
       const int n0 = s_n0 + pass * NPS * 8;
       float s[MS][NPS][4];
-      gemm_abt<T, MS, NPS, kFull ? kD / 16 : 0>(s, sQ, sK, LD, s_m0, n0, K16 / 16, lane);
+      gemm_abt<T, MS, NPS, kFull ? kD / 16 : 0>(s, op().q_rows, op().k_rows + tile_offset<T>(pass * NPS * 8, 0, LD),
+                                                LD, K16 / 16);
       float col_terms[NPS][2];
-      col_terms_of(col_terms, terms + 3 * kBr, a.has_gate, n0 + 2 * c);
+      col_terms_of(col_terms, terms + 3 * kBr, has_gate, n0 + 2 * c);
       probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + n0 + 2 * c, len, a.window);
-      grads(dp, s, pass * NPS, rt, sums);
+      grads<kRowSums>(dp, s, pass * NPS, rt, sums);
       store_fragment<T, MS, NPS>(sP, LDP, s, s_m0, n0, lane);
     }
-    if (with_dq && p.need_E && first_slice) {
+    if (kRowSums && with_dq && p.need_E && first_slice) {
 #pragma unroll
       for (int mt = 0; mt < MS; ++mt)
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
           const float e = quad_sum(sums.e[mt][hi]);
-          const float mass = a.has_gate ? quad_sum(sums.mass[mt][hi]) : 0.f;
+          const float mass = has_gate ? quad_sum(sums.mass[mt][hi]) : 0.f;
           const int i = i0 + s_m0 + mt * 16 + g + 8 * hi;
           if (c == 0 && i < len) {
             atomicAdd(&p.E[base + i], e);
-            if (a.has_gate) atomicAdd(&p.mass[base + i], mass);
+            if (has_gate) atomicAdd(&p.mass[base + i], mass);
           }
         }
     }
-    if (a.has_gate && first_slice) {
+    if (has_gate && first_slice) {
       // The head's column sums of dS: this step's rows of the warp (its MS tiles, then its 8 row groups)
       // added to the warp's own slots sColsum[sm][its columns]; lane g == 0 owns them, so the order is fixed.
 #pragma unroll
@@ -222,23 +263,24 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     store_fragment<T, MS, NT>(sdS, LDP, dp, s_m0, s_n0, lane);
     __syncthreads();
 
-    gemm_atb<T, MK, NTD, kBr, !kFull>(dv, sP, LDP, sdO, LD, kv_m0, kv_n0, V16, lane);
-    gemm_atb<T, MK, NTD, kBr, !kFull>(dk, sdS, LDP, sQ, LD, kv_m0, kv_n0, K16, lane);
+    gemm_atb<T, MK, NTD, kBr, !kFull>(dv, op().p_trans, LDP, op().q_trans + kToDo, LD, kv_n0, V16);
+    gemm_atb<T, MK, NTD, kBr, !kFull>(dk, op().p_trans + kToDs, LDP, op().q_trans, LD, kv_n0, K16);
 
     if (with_dq) {
       // dQ[i0.., slice] += dS K: QCH-column chunks (bounded registers), straight into the fp32 accumulator.
 #pragma unroll
       for (int ch = 0; ch < QW / QCH; ++ch) {
-        const int n0 = col0 + qd * QW + ch * QCH;
+        const int n0 = q_n0 + ch * QCH;
         if (!kFull && n0 >= K16) break;
         float acc[MQ][QCH / 8][4];
         zero(acc);
-        gemm_ab<T, MQ, QCH / 8, kBc, !kFull>(acc, sdS, LDP, sK, LD, q_m0, n0, K16, lane);
+        gemm_ab<T, MQ, QCH / 8, kBc, !kFull>(acc, op().ds_rows, LDP, op().k_trans + tile_offset<T>(0, ch * QCH, LD),
+                                             LD, n0, K16);
         atomic_add_fragment<MQ, QCH / 8, !kFull>(p.dq_acc, base + i0 + q_m0, n0, K16, acc, i0 + q_m0, len, lane);
       }
     }
 
-    if (a.has_gate && first_slice && head_ends) {
+    if (has_gate && first_slice && head_ends) {
       // The head's column sums over every row that sees the keys: the SM warp-row partials in a fixed order.
       // The last step's slots were written before this step's __syncthreads above.
       for (int col = tid; col < kBc; col += kMmaThreads) {
@@ -254,7 +296,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   ptx::cp_async_wait<0>();  // K/V copies are still in flight when no query row sees these keys
 
   // Keys that no query row sees (window 0) still get their zero column sums.
-  if (a.has_gate && first_slice && steps == 0) {
+  if (has_gate && first_slice && steps == 0) {
     for (int64_t h = h_first; h < h_first + heads_per_part; ++h) {
       const int64_t base = p.row_index(seq.batch, h, seq.start);
       for (int col = tid; col < kBc; col += kMmaThreads)
@@ -279,19 +321,20 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   }
 }
 
-template <class T, int kD>
+template <class T, int kD, bool kRowSums>
 void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slices, int stages, cudaStream_t stream) {
   const int64_t blocks = keys.num_tiles * p.a.H * p.head_parts * slices;
   if (blocks == 0) return;
   const size_t smem = dkdv_smem_bytes<kD>(stages);
-  const auto kernel = p.K16 == kD && p.V16 == kD ? dkdv_kernel<T, kD, true> : dkdv_kernel<T, kD, false>;
+  const auto kernel =
+      p.K16 == kD && p.V16 == kD ? dkdv_kernel<T, kD, true, kRowSums> : dkdv_kernel<T, kD, false, kRowSums>;
   FLASHGATE_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   kernel<<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, keys, slices, stages, !p.deterministic);
   FLASHGATE_CHECK_LAUNCH("dkdv_kernel");
 }
 
-#define FLASHGATE_INSTANTIATE_DKDV(T, D)                                                               \
-  template void launch_dkdv_mma<T, D>(const BackwardParams&, const TileSchedule&, int, int, cudaStream_t);
+#define FLASHGATE_INSTANTIATE_DKDV(T, D, ROW_SUMS)                                                     \
+  template void launch_dkdv_mma<T, D, ROW_SUMS>(const BackwardParams&, const TileSchedule&, int, int, cudaStream_t);
 
 }  // namespace flashgate::cuda::bwd

@@ -104,15 +104,18 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
     const T* sV = sK + kBc * LD;
 
     float s[1][NT][4], dp[1][NT][4];
-    gemm_abt<T, 1, NT, 0>(s, sQ, sK, LD, s_m0, s_n0, p.K16 / 16, lane);
+    gemm_abt<T, 1, NT, 0>(s, ldsm_a<uint32_t>(sQ, LD, s_m0, lane), ldsm_b<uint32_t>(sK, LD, s_n0, lane), LD,
+                          p.K16 / 16);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
     probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window);
-    gemm_abt<T, 1, NT, 0>(dp, sdO, sV, LD, s_m0, s_n0, p.V16 / 16, lane);
+    gemm_abt<T, 1, NT, 0>(dp, ldsm_a<uint32_t>(sdO, LD, s_m0, lane), ldsm_b<uint32_t>(sV, LD, s_n0, lane), LD,
+                          p.V16 / 16);
     grads(dp, s, 0, rt, sums);
     store_fragment<T, 1, NT>(sdS, LDS, dp, s_m0, s_n0, lane);
     __syncthreads();
 
-    gemm_ab<T, 1, NTQ, kBc, true>(dq, sdS, LDS, sK, LD, qm * 16, q_n0, p.K16, lane);
+    gemm_ab<T, 1, NTQ, kBc, true>(dq, ldsm_a<uint32_t>(sdS, LDS, qm * 16, lane), LDS,
+                                  ldsm_b_trans<uint32_t>(sK, LD, q_n0, lane), LD, q_n0, p.K16);
   }
   ptx::cp_async_wait<0>();  // Q/dO copies are still in flight when the rows see no key
 

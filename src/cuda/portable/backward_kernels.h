@@ -28,7 +28,8 @@ void launch_simt_backward(const BackwardParams& p, cudaStream_t stream);
 // ---- backward_dkdv_*.cu / backward_dq_*.cu: the MMA kernels, T = __half or __nv_bfloat16, kD = bucket.
 // `slices`: column slices over the grid (see TileConfig); `stages`: 1 or 2 buffers of the per-step tiles
 // (the shared memory is dkdv_smem_bytes / dq_smem_bytes of it).
-template <class T, int kD>
+// kRowSums: the gate/sink variant of the dK/dV kernel (BackwardParams::needs_row_sums; launch_dkdv picks).
+template <class T, int kD, bool kRowSums>
 void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slices, int stages, cudaStream_t stream);
 template <class T, int kD>
 void launch_dq_mma(const BackwardParams& p, const TileSchedule& queries, int slices, int stages, cudaStream_t stream);

@@ -180,6 +180,15 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
   return m;
 }
 
+// The dK/dV kernel's variant: with the row sums and gate terms only where a gate or a sink needs them.
+template <class T, int kD>
+void launch_dkdv(const BackwardParams& p, const TileSchedule& keys, int slices, int stages, cudaStream_t stream) {
+  if (p.needs_row_sums())
+    cuda::bwd::launch_dkdv_mma<T, kD, true>(p, keys, slices, stages, stream);
+  else
+    cuda::bwd::launch_dkdv_mma<T, kD, false>(p, keys, slices, stages, stream);
+}
+
 template <class T>
 void launch_mma_kernels(const BackwardParams& p, const Plan& plan, const TileSchedule& keys,
                         const TileSchedule& queries, cudaStream_t stream) {
@@ -187,19 +196,19 @@ void launch_mma_kernels(const BackwardParams& p, const Plan& plan, const TileSch
   switch (plan.bucket) {
     case 64:
       if (p.deterministic) launch_dq_mma<T, 64>(p, queries, plan.slices_q, plan.stages_q, stream);
-      launch_dkdv_mma<T, 64>(p, keys, plan.slices_kv, plan.stages_kv, stream);
+      launch_dkdv<T, 64>(p, keys, plan.slices_kv, plan.stages_kv, stream);
       break;
     case 128:
       if (p.deterministic) launch_dq_mma<T, 128>(p, queries, plan.slices_q, plan.stages_q, stream);
-      launch_dkdv_mma<T, 128>(p, keys, plan.slices_kv, plan.stages_kv, stream);
+      launch_dkdv<T, 128>(p, keys, plan.slices_kv, plan.stages_kv, stream);
       break;
     case 256:
       if (p.deterministic) launch_dq_mma<T, 256>(p, queries, plan.slices_q, plan.stages_q, stream);
-      launch_dkdv_mma<T, 256>(p, keys, plan.slices_kv, plan.stages_kv, stream);
+      launch_dkdv<T, 256>(p, keys, plan.slices_kv, plan.stages_kv, stream);
       break;
     default:
       if (p.deterministic) launch_dq_mma<T, 512>(p, queries, plan.slices_q, plan.stages_q, stream);
-      launch_dkdv_mma<T, 512>(p, keys, plan.slices_kv, plan.stages_kv, stream);
+      launch_dkdv<T, 512>(p, keys, plan.slices_kv, plan.stages_kv, stream);
       break;
   }
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/element.h"
 #include "cuda/common/online_softmax.h"
@@ -31,35 +32,46 @@ __device__ __forceinline__ TileMapEntry key_tile_heaviest_first(const TileSchedu
 }
 
 // ---- operand fragments ----------------------------------------------------------------------------------
+// A thread's ldmatrix row address for a warp's block of a row-major tile (ldsm_*); every m16/n16 tile and
+// k-step of the block is a compile-time byte offset from it (tile_offset). Addr is its form: a 32-bit shared
+// byte address (uint32_t: ptxas folds the offsets into the LDSM immediates, so a kernel may form it once per
+// CTA and keep it) or a generic byte pointer (SmemBytes: converted at each ldmatrix, cheap to re-form from a
+// tile pointer where registers are too tight to keep addresses).
+using SmemBytes = const unsigned char*;
 
-// A (16 x 16) at rows m0.., columns k0.. of a row-major [m][k] tile.
+// Byte offset of element (row, col) of a row-major tile of `stride` elements per row.
 template <class T>
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int stride, int m0, int k0, int lane) {
-  ptx::ldmatrix_x4(a, tile + (m0 + lane % 16) * stride + k0 + (lane / 16) * 8);
+__device__ __forceinline__ constexpr uint32_t tile_offset(int row, int col, int stride) {
+  return static_cast<uint32_t>((row * stride + col) * static_cast<int>(sizeof(T)));
 }
 
-// A (16 x 16) = the transpose of a row-major [k][m] tile, at m0.., k0..
-template <class T>
-__device__ __forceinline__ void load_a_trans(uint32_t (&a)[4], const T* tile, int stride, int m0, int k0, int lane) {
-  ptx::ldmatrix_x4_trans(a, tile + (k0 + lane % 8 + (lane / 16) * 8) * stride + m0 + ((lane / 8) % 2) * 8);
+// `tile` + `offset` bytes as an Addr.
+template <class Addr>
+__device__ __forceinline__ Addr smem_at(const void* tile, uint32_t offset) {
+  if constexpr (std::is_same_v<Addr, SmemBytes>) return static_cast<SmemBytes>(tile) + offset;
+  else return ptx::smem_addr(tile) + offset;
 }
 
-// B of two n8 tiles (k0..k0+15 x n0..n0+15) from a row-major [n][k] tile: b[0..1] for n0, b[2..3] for n0+8.
-template <class T>
-__device__ __forceinline__ void load_b(uint32_t (&b)[4], const T* tile, int stride, int n0, int k0, int lane) {
-  ptx::ldmatrix_x4(b, tile + (n0 + lane % 8 + (lane / 16) * 8) * stride + k0 + ((lane / 8) % 2) * 8);
+// A (16 x 16) fragments at rows m0.. of a row-major [m][k] tile (ldmatrix_x4).
+template <class Addr, class T>
+__device__ __forceinline__ Addr ldsm_a(const T* tile, int stride, int m0, int lane) {
+  return smem_at<Addr>(tile, tile_offset<T>(m0 + lane % 16, (lane / 16) * 8, stride));
 }
-
-// B of one n8 tile from a row-major [n][k] tile.
-template <class T>
-__device__ __forceinline__ void load_b_one(uint32_t (&b)[2], const T* tile, int stride, int n0, int k0, int lane) {
-  ptx::ldmatrix_x2(b, tile + (n0 + lane % 8) * stride + k0 + ((lane / 8) % 2) * 8);
+// A (16 x 16) fragments = the transpose of a row-major [k][m] tile, at m0.. (ldmatrix_x4_trans).
+template <class Addr, class T>
+__device__ __forceinline__ Addr ldsm_a_trans(const T* tile, int stride, int m0, int lane) {
+  return smem_at<Addr>(tile, tile_offset<T>(lane % 8 + (lane / 16) * 8, m0 + ((lane / 8) % 2) * 8, stride));
 }
-
-// B of two n8 tiles from a row-major [k][n] tile.
-template <class T>
-__device__ __forceinline__ void load_b_trans(uint32_t (&b)[4], const T* tile, int stride, int n0, int k0, int lane) {
-  ptx::ldmatrix_x4_trans(b, tile + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * stride + n0 + (lane / 16) * 8);
+// B of n8 tile pairs from n0.. of a row-major [n][k] tile (ldmatrix_x4: b[0..1] for n0, b[2..3] for n0+8;
+// ldmatrix_x2 of one n8 tile reads lanes 0..15 of the same addresses).
+template <class Addr, class T>
+__device__ __forceinline__ Addr ldsm_b(const T* tile, int stride, int n0, int lane) {
+  return smem_at<Addr>(tile, tile_offset<T>(n0 + lane % 8 + (lane / 16) * 8, ((lane / 8) % 2) * 8, stride));
+}
+// B of n8 tile pairs from n0.. of a row-major [k][n] tile (ldmatrix_x4_trans).
+template <class Addr, class T>
+__device__ __forceinline__ Addr ldsm_b_trans(const T* tile, int stride, int n0, int lane) {
+  return smem_at<Addr>(tile, tile_offset<T>(lane % 8 + ((lane / 8) % 2) * 8, n0 + (lane / 16) * 8, stride));
 }
 
 template <class T>
@@ -81,33 +93,33 @@ __device__ __forceinline__ void zero(float (&x)[M][N][4]) {
 }
 
 // ---- warp GEMMs -----------------------------------------------------------------------------------------
-// A warp computes MT x NT fragments (MT m16 tiles from row m0, NT n8 tiles from column n0). Per k-step it
-// fetches the MT A fragments once and each B pair once, then issues MT * 2 independent MMAs per B pair, so
-// consecutive MMAs never wait on each other and every fetched fragment feeds several MMAs.
+// A warp computes MT x NT fragments (MT m16 tiles, NT n8 tiles) from the ldsm_* addresses of its block. Per
+// k-step it fetches the MT A fragments once and each B pair once, then issues MT * 2 independent MMAs per B
+// pair, so consecutive MMAs never wait on each other and every fetched fragment feeds several MMAs. Loops
+// over k unrolled by two advance one register per operand every two k-steps; the rest are immediates. (A
+// whole unroll with first-step writes instead of zeroing spills even at D128 without row sums: round 7.)
 
-// acc (MT*16 x NT*8) = A[m0.., :] * B[n0.., :]^T over k_steps * 16 columns: A row-major [m][k], B row-major
-// [n][k] (S = Q K^T, dP = dO V^T). kSteps > 0: k_steps is that compile-time count, unrolled by two so two
-// k-steps' ldmatrix issue back to back before their MMAs (a full unroll hoists more fragments than the
-// 255 registers hold next to the dK/dV accumulators); 0: a run-time loop, one k-step at a time.
-template <class T, int MT, int NT, int kSteps>
-__device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], const T* a_tile, const T* b_tile, int stride,
-                                         int m0, int n0, int k_steps, int lane) {
+// acc (MT*16 x NT*8) = A * B^T over k_steps * 16 columns: A row-major [m][k] at `a` (ldsm_a), B row-major
+// [n][k] at `b` (ldsm_b) (S = Q K^T, dP = dO V^T). kSteps > 0: k_steps is that compile-time count, unrolled
+// by two; 0: a run-time loop, one k-step at a time.
+template <class T, int MT, int NT, int kSteps, class Addr>
+__device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], Addr a, Addr b, int stride, int k_steps) {
   auto k_step = [&](int kk) {
-    uint32_t a[MT][4];
+    uint32_t af[MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) load_a(a[mt], a_tile, stride, m0 + mt * 16, kk * 16, lane);
+    for (int mt = 0; mt < MT; ++mt) ptx::ldmatrix_x4(af[mt], a + tile_offset<T>(mt * 16, kk * 16, stride));
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
-      uint32_t b[4];
-      load_b(b, b_tile, stride, n0 + np * 16, kk * 16, lane);
+      uint32_t bf[4];
+      ptx::ldmatrix_x4(bf, b + tile_offset<T>(np * 16, kk * 16, stride));
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
+      for (int mt = 0; mt < MT; ++mt) mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], af[mt], bf);
     }
     if constexpr (NT % 2 == 1) {
-      uint32_t b[2];
-      load_b_one(b, b_tile, stride, n0 + (NT - 1) * 8, kk * 16, lane);
+      uint32_t bf[2];
+      ptx::ldmatrix_x2(bf, b + tile_offset<T>((NT - 1) * 8, kk * 16, stride));
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) ptx::mma_16816<T>(acc[mt][NT - 1], a[mt], b);
+      for (int mt = 0; mt < MT; ++mt) ptx::mma_16816<T>(acc[mt][NT - 1], af[mt], bf);
     }
   };
   zero(acc);
@@ -120,48 +132,48 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], const T* a_til
   }
 }
 
-// acc (MT*16 x NT*8) += A^T[m0.., :] * B[:, n0..] over K_ROWS rows of k: A row-major [k][m] (P, dS stored by
-// query row), B row-major [k][n] (dO, Q). kGuard: column pairs at or past `n_limit` are skipped (n0 + 16*np
-// beyond a head dim narrower than the bucket); without it the loop is straight-line code, so the compiler
-// can issue the next fragments' ldmatrix while the MMAs run.
-template <class T, int MT, int NT, int K_ROWS, bool kGuard>
-__device__ __forceinline__ void gemm_atb(float (&acc)[MT][NT][4], const T* a_tile, int a_stride, const T* b_tile,
-                                         int b_stride, int m0, int n0, int n_limit, int lane) {
+// acc (MT*16 x NT*8) += A^T * B over K_ROWS rows of k: A row-major [k][m] at `a` (ldsm_a_trans; P, dS
+// stored by query row), B row-major [k][n] at `b` (ldsm_b_trans; dO, Q) whose first column is n0. kGuard:
+// column pairs at or past `n_limit` are skipped (beyond a head dim narrower than the bucket); without it the
+// loop is straight-line code, so the compiler can issue the next fragments' ldmatrix while the MMAs run.
+template <class T, int MT, int NT, int K_ROWS, bool kGuard, class Addr>
+__device__ __forceinline__ void gemm_atb(float (&acc)[MT][NT][4], Addr a, int a_stride, Addr b, int b_stride,
+                                         int n0, int n_limit) {
   static_assert(NT % 2 == 0, "column pairs");
 #pragma unroll
   for (int kk = 0; kk < K_ROWS / 16; ++kk) {
-    uint32_t a[MT][4];
+    uint32_t af[MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) load_a_trans(a[mt], a_tile, a_stride, m0 + mt * 16, kk * 16, lane);
+    for (int mt = 0; mt < MT; ++mt) ptx::ldmatrix_x4_trans(af[mt], a + tile_offset<T>(kk * 16, mt * 16, a_stride));
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       if (kGuard && n0 + np * 16 >= n_limit) break;
-      uint32_t b[4];
-      load_b_trans(b, b_tile, b_stride, n0 + np * 16, kk * 16, lane);
+      uint32_t bf[4];
+      ptx::ldmatrix_x4_trans(bf, b + tile_offset<T>(kk * 16, np * 16, b_stride));
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
+      for (int mt = 0; mt < MT; ++mt) mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], af[mt], bf);
     }
   }
 }
 
-// acc (MT*16 x NT*8) += A[m0.., :] * B[:, n0..] over K_ROWS: A row-major [m][k] (dS), B row-major [k][n] (K);
-// kGuard as in gemm_atb.
-template <class T, int MT, int NT, int K_ROWS, bool kGuard>
-__device__ __forceinline__ void gemm_ab(float (&acc)[MT][NT][4], const T* a_tile, int a_stride, const T* b_tile,
-                                        int b_stride, int m0, int n0, int n_limit, int lane) {
+// acc (MT*16 x NT*8) += A * B over K_ROWS: A row-major [m][k] at `a` (ldsm_a; dS), B row-major [k][n] at
+// `b` (ldsm_b_trans; K) whose first column is n0; kGuard as in gemm_atb.
+template <class T, int MT, int NT, int K_ROWS, bool kGuard, class Addr>
+__device__ __forceinline__ void gemm_ab(float (&acc)[MT][NT][4], Addr a, int a_stride, Addr b, int b_stride,
+                                        int n0, int n_limit) {
   static_assert(NT % 2 == 0, "column pairs");
 #pragma unroll 2
   for (int kk = 0; kk < K_ROWS / 16; ++kk) {
-    uint32_t a[MT][4];
+    uint32_t af[MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) load_a(a[mt], a_tile, a_stride, m0 + mt * 16, kk * 16, lane);
+    for (int mt = 0; mt < MT; ++mt) ptx::ldmatrix_x4(af[mt], a + tile_offset<T>(mt * 16, kk * 16, a_stride));
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       if (kGuard && n0 + np * 16 >= n_limit) break;
-      uint32_t b[4];
-      load_b_trans(b, b_tile, b_stride, n0 + np * 16, kk * 16, lane);
+      uint32_t bf[4];
+      ptx::ldmatrix_x4_trans(bf, b + tile_offset<T>(kk * 16, np * 16, b_stride));
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], a[mt], b);
+      for (int mt = 0; mt < MT; ++mt) mma_pair<T>(acc[mt][2 * np], acc[mt][2 * np + 1], af[mt], bf);
     }
   }
 }
@@ -241,8 +253,8 @@ __device__ __forceinline__ void probs(float (&s)[MT][NT][4], const RowTerms<MT>&
 }
 
 // Turns dP into dS = P (dP - D) in place for the NP n8 tiles of dp from n_first (P's tiles, the whole dp
-// or a column pass of it), and adds this thread's parts of E and the mass to `sums`.
-template <int MT, int NT, int NP>
+// or a column pass of it), and with kSums adds this thread's parts of E and the mass to `sums`.
+template <bool kSums = true, int MT, int NT, int NP>
 __device__ __forceinline__ void grads(float (&dp)[MT][NT][4], const float (&p)[MT][NP][4], int n_first,
                                       const RowTerms<MT>& rows, RowSums<MT>& sums) {
 #pragma unroll
@@ -254,8 +266,10 @@ __device__ __forceinline__ void grads(float (&dp)[MT][NT][4], const float (&p)[M
         const int hi = r / 2;
         const float pr = p[mt][nt][r];
         float& x = dp[mt][n_first + nt][r];
-        sums.e[mt][hi] += pr * x;
-        sums.mass[mt][hi] += pr;
+        if (kSums) {
+          sums.e[mt][hi] += pr * x;
+          sums.mass[mt][hi] += pr;
+        }
         x = pr * (x - rows.d[mt][hi]);
       }
 }

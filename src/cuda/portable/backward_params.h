@@ -31,11 +31,25 @@ struct BackwardParams {
   float* dv_part = nullptr; // [head_parts][B][H][T][V16]
   int head_parts = 1;       // the G query heads of a kv head split over this many CTAs (divides G)
 
+  // The key-major kernel's variant with E/mass row sums and the gate's terms (dkdv_kernel kRowSums); the
+  // one without them is for neither a gate nor a sink.
+  FG_HOST_DEVICE bool needs_row_sums() const { return need_E || a.has_gate; }
+
   FG_HOST_DEVICE int64_t row_index(int64_t b, int64_t h, int64_t t) const { return (b * a.HQ + h) * a.T + t; }
   FG_HOST_DEVICE int64_t kv_row_index(int64_t part, int64_t b, int64_t hk, int64_t t) const {
     return ((part * a.B + b) * a.H + hk) * a.T + t;
   }
 };
+
+// True in the device passes for sm_80..sm_89, false in the host pass and for sm_90+. Those targets allocate
+// the dK/dV kernel's 255 registers differently (ptxas), so a few register-only tile choices differ there
+// (TileConfig: fewer S columns or dQ columns live at once). Device code only: never for anything the host
+// also computes (tile extents, shared memory sizes), since the host pass always sees false.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+inline constexpr bool kSm8xDevicePass = true;
+#else
+inline constexpr bool kSm8xDevicePass = false;
+#endif
 
 // Tiles of the MMA kernels per head-dim bucket (max(K16, V16) <= kD). 8 warps per CTA.
 //   key-major dK/dV kernel: kBc keys held, query tiles of kBr rows, dK/dV accumulators for kSliceKV columns;
@@ -47,8 +61,10 @@ struct BackwardParams {
 //                           warp tiles, and 128-key CTAs halve the Q/dO loads and dQ atomics per FLOP
 //                           (FlashAttention-2's steps: 128 x 128 at D64, where 64-row steps left the short
 //                           GEMMs too little work per barrier and row-term setup; 128 x 64 at D128).
-//                           kScorePasses: S in column passes next to dP (registers; D64 needs 4 to stay
-//                           spill-free on sm_80 with 128-row steps);
+//                           kScorePasses (without row sums) / kScorePassesRowSums (gate or sink): S in
+//                           column passes next to dP (registers: with 128-row steps D64 needs 4 to stay
+//                           spill-free). These and kDqChunk only shape the dK/dV kernel's registers, so
+//                           they may differ per arch (kSm8xDevicePass);
 //   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns;
 //                           kMinBlocksDq CTAs per SM (2 fit in 128 registers without spills at D64/D128).
 template <int kD>
@@ -56,25 +72,31 @@ struct TileConfig;
 template <>
 struct TileConfig<64> {
   static constexpr int kBc = 128, kBr = 128, kSliceKV = 64, kScoreWarpRows = 4, kKvWarpRows = 4, kDqWarpRows = 4,
-                       kDqChunk = 32, kScorePasses = 4;
+                       kDqChunk = 32;
+  // sm_8x: one n8 column of S per pass (the sum variant spilled 4 / 12 B with two, -Xptxas -v, round 9).
+  static constexpr int kScorePasses = kSm8xDevicePass ? 8 : 4, kScorePassesRowSums = kScorePasses;
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 64, kMinBlocksDq = 2;
 };
 template <>
 struct TileConfig<128> {
   static constexpr int kBc = 128, kBr = 64, kSliceKV = 128, kScoreWarpRows = 2, kKvWarpRows = 4, kDqWarpRows = 2,
-                       kDqChunk = 32, kScorePasses = 2;
+                       kDqChunk = 32;
+  // sm_8x sum variant: 4 passes (2 spilled 28 B guarded; 4 for both variants spills the plain kFull 44 B).
+  static constexpr int kScorePasses = 2, kScorePassesRowSums = kSm8xDevicePass ? 4 : 2;
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 128, kMinBlocksDq = 2;
 };
 template <>
 struct TileConfig<256> {
   static constexpr int kBc = 64, kBr = 64, kSliceKV = 256, kScoreWarpRows = 4, kKvWarpRows = 2, kDqWarpRows = 2,
-                       kDqChunk = 32, kScorePasses = 2;
+                       kDqChunk = kSm8xDevicePass ? 16 : 32;
+  // sm_8x: 16-column dQ chunks and 4 S passes (kFull spilled 36 B plain, 32 B with sums, LDL in the loop).
+  static constexpr int kScorePasses = kSm8xDevicePass ? 4 : 2, kScorePassesRowSums = kScorePasses;
   static constexpr int kQueryRows = 64, kKeyCols = 32, kSliceQ = 256, kMinBlocksDq = 1;
 };
 template <>
 struct TileConfig<512> {
   static constexpr int kBc = 32, kBr = 32, kSliceKV = 256, kScoreWarpRows = 2, kKvWarpRows = 2, kDqWarpRows = 2,
-                       kDqChunk = 64, kScorePasses = 1;
+                       kDqChunk = 64, kScorePasses = 1, kScorePassesRowSums = 1;
   static constexpr int kQueryRows = 32, kKeyCols = 32, kSliceQ = 512, kMinBlocksDq = 1;
 };
 
