@@ -262,52 +262,65 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   const paged_detail::WarpRowCopy<Tile::kValueRowBytes / 16, kRowsPerWarp> copy_values(value_bytes, lane);
   const bool loader_lane = lane < kRowsPerWarp;
   static_assert(kRowsPerWarp < 32, "one bit per row of the warp");
-  constexpr uint32_t kAllRows = (1u << kRowsPerWarp) - 1;
   const bool whole_rows = copy_keys.whole_chunks && copy_values.whole_chunks;
   int load_key = slice.begin + warp * kRowsPerWarp + lane;  // this lane's row in the next stage to load
   int load_slot = 0;
   // Block-table entries of this lane's rows in the next kLookAhead stages: under full HBM load an entry
   // that misses in L2 can take longer than one stage, and a short CTA has few stages to hide it behind.
-  KeyPage ahead[Tile::kLookAhead];
+  const int32_t* table_row = table_row_of(p, rb.seq);
+  int ahead[Tile::kLookAhead];  // block numbers (a key's slot is recomputed where needed: one register less)
 #pragma unroll
   for (int a = 0; a < Tile::kLookAhead; ++a) {
     const int key = load_key + a * KS;
-    ahead[a] = loader_lane && key < slice.end ? key_page(p, rb.seq, key) : KeyPage{};
+    ahead[a] = loader_lane && key < slice.end ? key_page(p, table_row, key).block : 0;
   }
+  const bool k_per_token = kFp8 && p.k_scale_mode == CacheScale::per_token;
+  const bool v_per_token = kFp8 && p.v_scale_mode == CacheScale::per_token;
+  const int64_t k_row_step = p.k_slot_stride * Tile::kBytes, v_row_step = p.v_slot_stride * Tile::kBytes;
   auto load_stage = [&]() {
     unsigned char* stage = ring + load_slot * Tile::kStageBytes;
     unsigned char* vstage = stage + KS * Tile::kKeyRowBytes;
     load_slot = load_slot + 1 == stages ? 0 : load_slot + 1;
     const int j = load_key;
-    const KeyPage page = ahead[0];
+    const int block = ahead[0];
     load_key += KS;
 #pragma unroll
     for (int a = 0; a + 1 < Tile::kLookAhead; ++a) ahead[a] = ahead[a + 1];
     const int fetch = load_key + (Tile::kLookAhead - 1) * KS;
-    if (loader_lane && fetch < slice.end) ahead[Tile::kLookAhead - 1] = key_page(p, rb.seq, fetch);
+    if (loader_lane && fetch < slice.end) ahead[Tile::kLookAhead - 1] = key_page(p, table_row, fetch).block;
     const int row0 = warp * kRowsPerWarp;
-    KeyRow kr;
-    const bool ok = loader_lane && j < slice.end && locate_key(p, rb.seq, /*kv_head=*/0, j, page, kr);
-    const uint32_t live = __ballot_sync(0xffffffffu, ok);
     auto key_chunk = [](int row, int chunk) { return Tile::key_chunk(row, chunk); };
     auto value_chunk = [](int row, int chunk) { return Tile::value_chunk(row, chunk); };
-    // Usually the warp's rows are consecutive slots of one page (or tokens of a decode sequence), all live.
-    const int64_t k_first = __shfl_sync(0xffffffffu, kr.k_off, 0), v_first = __shfl_sync(0xffffffffu, kr.v_off, 0);
-    const bool in_run =
-        !loader_lane || (kr.k_off == k_first + lane * p.k_slot_stride && kr.v_off == v_first + lane * p.v_slot_stride);
-    if (whole_rows && live == kAllRows && __all_sync(0xffffffffu, in_run)) {
-      copy_keys.copy_run(stage, kbase + k_first * Tile::kBytes, p.k_slot_stride * Tile::kBytes, row0, key_chunk);
-      copy_values.copy_run(vstage, vbase + v_first * Tile::kBytes, p.v_slot_stride * Tile::kBytes, row0, value_chunk);
+    // Usually the warp's rows are consecutive slots of one page (or tokens of a decode sequence), all live:
+    // lane 0's block-table entry and the key numbers tell, with no per-row lookup, and each lane's source
+    // advances by a constant.
+    const int first = j - lane;  // the warp's first row (the same in every lane)
+    const int block0 = __shfl_sync(0xffffffffu, block, 0);
+    const int slot0 = p.block_table ? first - page_index_of(p, first) * p.block_size : 0;  // decode: unused
+    const bool run = whole_rows && first + kRowsPerWarp <= slice.end &&
+                     (!p.block_table || (slot0 + kRowsPerWarp <= p.block_size && block0 >= 0 && block0 < p.num_blocks));
+    KeyRow kr;
+    bool ok = loader_lane;
+    if (run) {
+      const int64_t t = p.block_table ? slot0 : rb.seq.key_start + first;  // slot (paged) or row (decode)
+      kr.block = block0, kr.slot = slot0 + lane;                           // for the per-token scales
+      copy_keys.copy_run(stage, kbase + (block0 * p.k_block_stride + t * p.k_slot_stride) * Tile::kBytes,
+                         k_row_step, row0, key_chunk);
+      copy_values.copy_run(vstage, vbase + (block0 * p.v_block_stride + t * p.v_slot_stride) * Tile::kBytes,
+                           v_row_step, row0, value_chunk);
     } else {
+      const KeyPage page{block, p.block_table ? j - page_index_of(p, j) * p.block_size : 0};
+      ok = ok && j < slice.end && locate_key(p, rb.seq, /*kv_head=*/0, j, page, kr);
+      const uint32_t live = __ballot_sync(0xffffffffu, ok);
       copy_keys(stage, ok ? kbase + kr.k_off * Tile::kBytes : kbase, live, row0, key_chunk);
       copy_values(vstage, ok ? vbase + kr.v_off * Tile::kBytes : vbase, live, row0, value_chunk);
     }
     if constexpr (Tile::kScaleSlots) {
       // Per-token scales next to the rows; a key that is not loaded gets scale 0 (its column is masked).
       float* scales = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + row0 + lane;
-      if (loader_lane && p.k_scale_mode == CacheScale::per_token)
+      if (loader_lane && k_per_token)
         ptx::cp_async_4(scales, ok ? kscale_base + scale_offset(p.k_scale_strides, kr, 0) : p.k_scale, ok ? 4 : 0);
-      if (loader_lane && p.v_scale_mode == CacheScale::per_token)
+      if (loader_lane && v_per_token)
         ptx::cp_async_4(scales + KS, ok ? vscale_base + scale_offset(p.v_scale_strides, kr, 0) : p.v_scale,
                         ok ? 4 : 0);
     }
@@ -405,8 +418,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     whole_lo = max(whole_lo, row_lo[rs]);
     whole_hi = min(whole_hi, row_pos[rs]);
   }
-  const bool k_per_token = kFp8 && p.k_scale_mode == CacheScale::per_token;
-  const bool v_per_token = kFp8 && p.v_scale_mode == CacheScale::per_token;
   // Per-token V: P * scale enters the mma divided by 2^(v_exp - 127), v_exp the largest biased exponent of
   // the V scales this warp has seen (so the pair stays below 2 in f16); the epilogue multiplies it back.
   int v_exp = 1;
@@ -504,10 +515,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
       factor[rs] = softmax[rs].rescale(quad_max(m));
     }
     // Per-token V: this tile's V scales (the same 16 in every quad; unloaded keys have 0) may raise v_exp.
-    auto v_scale_at = [&](int nt, int e) { return vscales[wrow + nt * 8 + 2 * c + e]; };
+    // Each lane's 4 are read once and later multiplied by the unit once (each serves two rows).
+    float v_scale[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
     if (v_per_token) {
-      const float vmax =
-          quad_max(fmaxf(fmaxf(v_scale_at(0, 0), v_scale_at(0, 1)), fmaxf(v_scale_at(1, 0), v_scale_at(1, 1))));
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float2 x = *reinterpret_cast<const float2*>(vscales + wrow + nt * 8 + 2 * c);
+        v_scale[nt][0] = x.x, v_scale[nt][1] = x.y;
+      }
+      const float vmax = quad_max(fmaxf(fmaxf(v_scale[0][0], v_scale[0][1]), fmaxf(v_scale[1][0], v_scale[1][1])));
       const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
       if (e > v_exp) {  // uniform over the warp
         const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
@@ -540,14 +556,18 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     // (fp8) ride on P, and P * scale keeps ~22 bits as an f16 hi + lo pair through two mmas (SPEC §6);
     // without them P is rounded once, as on the 16-bit path.
     uint32_t pa[4], pa_lo[4];
-    const float v_unit = paged_detail::pow2(127 - v_exp);
+    if (v_per_token) {
+      const float v_unit = paged_detail::pow2(127 - v_exp);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) v_scale[nt][0] *= v_unit, v_scale[nt][1] *= v_unit;
+    }
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
       for (int rs = 0; rs < 2; ++rs) {
         if (v_per_token) {
-          const float x0 = s[nt][2 * rs] * (v_scale_at(nt, 0) * v_unit);
-          const float x1 = s[nt][2 * rs + 1] * (v_scale_at(nt, 1) * v_unit);
+          const float x0 = s[nt][2 * rs] * v_scale[nt][0];
+          const float x1 = s[nt][2 * rs + 1] * v_scale[nt][1];
           pa[2 * nt + rs] = ptx::pack2<Mma>(x0, x1);
           const float2 hi = ptx::unpack2<Mma>(pa[2 * nt + rs]);
           pa_lo[2 * nt + rs] = ptx::pack2<Mma>(x0 - hi.x, x1 - hi.y);
