@@ -400,23 +400,20 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   // domain, per-tensor K scale, the undoing of the query's power-of-two scale).
   float score_mul = p.scale_log2;
   if (p.k_scale_mode == CacheScale::per_tensor) score_mul *= p.k_scale[0];
-  int row_pos[2], row_lo[2];
   float row_mul[2];
 #pragma unroll
-  for (int rs = 0; rs < 2; ++rs) {
-    const int r = g + 8 * rs;
-    row_pos[rs] = rows->head[r] >= 0 ? rows->pos[r] : -1;
-    row_lo[rs] = rows->lo[r];
-    row_mul[rs] = Tile::kScaleQ ? score_mul * rows->q_unscale[r] : score_mul;
-  }
+  for (int rs = 0; rs < 2; ++rs) row_mul[rs] = Tile::kScaleQ ? score_mul * rows->q_unscale[g + 8 * rs] : score_mul;
+  // Key j is visible to row rs of this lane when lo <= j <= pos (a padding row has pos -1). The limits are
+  // read from shared memory where needed (edge tiles, the gate): the loop keeps no registers for them.
+  auto visible = [&](int j, int rs) { return j < slice.end && j <= rows->pos[g + 8 * rs] && j >= rows->lo[g + 8 * rs]; };
   // A warp tile [key0, key0 + 16) needs no mask where this lane's rows see all of it (most tiles); padding
   // rows, whose results are never written, may then see it too (zero queries: finite scores).
   int whole_lo = 0, whole_hi = slice.end - 1;
 #pragma unroll
   for (int rs = 0; rs < 2; ++rs) {
     if (rows->head[g + 8 * rs] < 0) continue;
-    whole_lo = max(whole_lo, row_lo[rs]);
-    whole_hi = min(whole_hi, row_pos[rs]);
+    whole_lo = max(whole_lo, rows->lo[g + 8 * rs]);
+    whole_hi = min(whole_hi, rows->pos[g + 8 * rs]);
   }
   // Per-token V: P * scale enters the mma divided by 2^(v_exp - 127), v_exp the largest biased exponent of
   // the V scales this warp has seen (so the pair stays below 2 in f16); the epilogue multiplies it back.
@@ -489,8 +486,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
           const int j = key0 + nt * 8 + 2 * c + e;
 #pragma unroll
           for (int rs = 0; rs < 2; ++rs) {
-            const bool vis = j < slice.end && j <= row_pos[rs] && j >= row_lo[rs];
-            s[nt][2 * rs + e] = vis ? s[nt][2 * rs + e] * row_mul[rs] : -INFINITY;
+            s[nt][2 * rs + e] = visible(j, rs) ? s[nt][2 * rs + e] * row_mul[rs] : -INFINITY;
           }
         }
       }
@@ -504,8 +500,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
 #pragma unroll
           for (int rs = 0; rs < 2; ++rs) {
             const int j = key0 + nt * 8 + 2 * c + e;
-            if (j < slice.end && j <= row_pos[rs] && j >= row_lo[rs])
-              s[nt][2 * rs + e] += p.gate_bias[gate_row[rs] + j];
+            if (visible(j, rs)) s[nt][2 * rs + e] += p.gate_bias[gate_row[rs] + j];
           }
     }
     float factor[2];
