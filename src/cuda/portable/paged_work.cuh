@@ -169,15 +169,22 @@ __device__ __forceinline__ int page_index_of(const ServingParams& p, int j) {
   return p.block_shift >= 0 ? j >> p.block_shift : j / p.block_size;
 }
 
-__device__ __forceinline__ KeyPage key_page(const ServingParams& p, const SequenceKeys& s, int j) {
+// The sequence's row of the block table (nullptr for decode): found once, so a lookup is one index.
+__device__ __forceinline__ const int32_t* table_row_of(const ServingParams& p, const SequenceKeys& s) {
+  return p.block_table ? p.block_table + s.n * p.table_row_stride : nullptr;
+}
+
+__device__ __forceinline__ KeyPage key_page(const ServingParams& p, const int32_t* table_row, int j) {
   KeyPage page;
-  if (!p.block_table) return page;
+  if (!table_row) return page;
   const int page_index = page_index_of(p, j);
   page.slot = j - page_index * p.block_size;
-  page.block = page_index < p.max_blocks
-                   ? p.block_table[s.n * p.table_row_stride + static_cast<int64_t>(page_index) * p.table_col_stride]
-                   : -1;
+  page.block = page_index < p.max_blocks ? table_row[static_cast<int64_t>(page_index) * p.table_col_stride] : -1;
   return page;
+}
+
+__device__ __forceinline__ KeyPage key_page(const ServingParams& p, const SequenceKeys& s, int j) {
+  return key_page(p, table_row_of(p, s), j);
 }
 
 // `page` is key_page(p, s, j) (unused for decode).

@@ -62,6 +62,15 @@ int forced_splits() {
   return n > 0 ? std::min(n, kMaxSplits) : 0;
 }
 
+// FLASHGATE_SERVING_CTAS=n caps the persistent 16-bit kernel's grid at n CTAs (tests walk several work
+// items per CTA on small shapes; 0 or unset: the resident CTAs).
+int64_t forced_serving_ctas() {
+  const char* env = std::getenv("FLASHGATE_SERVING_CTAS");
+  if (!env || !*env) return 0;
+  const long long n = std::atoll(env);
+  return n > 0 ? n : 0;
+}
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // log2(x) for a power of two, else -1.
@@ -98,6 +107,7 @@ struct ServingPlan {
   const cuda::PagedMmaEntry* mma = nullptr;  // nullptr: the fp32 fallback kernel
   int stages = 2;
   int splits = 1;
+  int64_t resident_ctas = 0;  // CTAs of the kernel that fit on the device at once
   int64_t gate_floats = 0;
   bool empty = false;  // nothing to compute (no query rows)
 };
@@ -161,6 +171,8 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   plan.mma = entry;
   plan.stages = stages;
   plan.splits = choose_splits(p, in, dev, ctas_per_sm, shape.keys_per_stage);
+  const int64_t forced = forced_serving_ctas();
+  plan.resident_ctas = forced ? forced : static_cast<int64_t>(dev.sms) * ctas_per_sm;
   return plan;
 }
 
@@ -252,8 +264,10 @@ PlanInputs paged_inputs(const PagedArgs& a, const detail::PagedProblem& pr) {
 // ---- shared -------------------------------------------------------------------------------------------
 
 std::string refusal(const ServingParams& p) {
-  // The fallback's grid is one CTA per (query row, query head); the mma grid's x extent is 32 bits too.
-  if (p.total_q * p.HQ >= (int64_t{1} << 31) || p.row_blocks >= (int64_t{1} << 31))
+  // The fallback's grid is one CTA per (query row, query head); the mma grid (at most one CTA per work
+  // item: row blocks x kv heads x splits, and splits > 1 only for fewer items than resident CTAs) has a
+  // 32-bit x extent too.
+  if (p.total_q * p.HQ >= (int64_t{1} << 31) || p.row_blocks * p.H >= (int64_t{1} << 31))
     return "more than 2^31 (query row, query head) pairs";
   return "";
 }
@@ -268,7 +282,7 @@ void run_serving(ServingParams p, const PlanInputs& in, int device, const Launch
     cuda::launch_paged_simt(p, launch.stream);
     return;
   }
-  plan.mma->launch(p, plan.stages, launch.stream);
+  plan.mma->launch(p, plan.stages, plan.resident_ctas, launch.stream);
   if (plan.splits > 1) cuda::launch_paged_merge(p, launch.stream);
 }
 
