@@ -23,7 +23,6 @@ using flashgate::Backend;
 using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
-using fgtest::ForcedServingCtas;
 using fgtest::ForcedSplits;
 using fgtest::on;
 using fgtest::seed_note;
@@ -205,30 +204,6 @@ TEST(DecodeCuda, EverySplitCountAgrees) {
     const OwnedTensor out = run_gpu(r.host);
     fgtest::expect_close("o vs unsplit", out, unsplit, kTolerance);
     fgtest::expect_close("o", out, r.o, kTolerance);
-  }
-}
-
-// A grid of 1, 3 or 7 CTAs walks every work item (the persistent 16-bit kernel loads the next item's first
-// stages during the current one's end): every head-dim bucket, empty sequences, gate, sink, window, with
-// and without splits. Each grid gives the reference.
-TEST(DecodeCuda, FewPersistentCtasWalkAllItems) {
-  FLASHGATE_REQUIRE_GPU();
-  for (const HeadCase h : {HeadCase{64, 64}, HeadCase{128, 128}, HeadCase{256, 256}, HeadCase{512, 512}}) {
-    DecodeConfig c = base();
-    c.head_dim = h.K, c.v_dim = h.V;
-    c.gate = c.sink = true;
-    c.window = 100;
-    c.seqlens = {1, 0, 70, 300, 17, 129, 64};
-    const uint64_t seed = flashgate::harness::fresh_seed();
-    SCOPED_TRACE(seed_note(seed, c));
-    const Reference r = reference(c, seed);
-    for (int splits : {1, 3})
-      for (int ctas : {1, 3, 7}) {
-        SCOPED_TRACE("splits " + std::to_string(splits) + " ctas " + std::to_string(ctas));
-        ForcedSplits forced(splits);
-        ForcedServingCtas grid(ctas);
-        fgtest::expect_close("o", run_gpu(r.host), r.o, kTolerance);
-      }
   }
 }
 

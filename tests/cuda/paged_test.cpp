@@ -28,7 +28,6 @@ using flashgate::Backend;
 using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
-using fgtest::ForcedServingCtas;
 using fgtest::ForcedSplits;
 using fgtest::on;
 using fgtest::seed_note;
@@ -384,37 +383,6 @@ TEST(PagedCuda, EverySplitCountAgrees) {
       expect_matches(out, r.o, c);
     }
   }
-}
-
-// ---- persistent CTAs --------------------------------------------------------------------------------
-
-// 16-bit caches: a grid of 1, 3 or 7 CTAs walks every work item (b, b + grid, ...) and loads the next item's
-// first stages during the current one's last stages and merge: every head-dim bucket, empty sequences and
-// slices, invalid row blocks, windows, sinks, with and without splits. fp8 (one CTA per item) must ignore
-// the cap. Each grid gives the reference.
-TEST(PagedCuda, FewPersistentCtasWalkAllItems) {
-  FLASHGATE_REQUIRE_GPU();
-  for (const HeadCase h : {HeadCase{64, 64, 4, 2}, HeadCase{128, 128, 8, 2}, HeadCase{256, 256, 4, 1},
-                           HeadCase{512, 512, 4, 1}, HeadCase{576, 512, 16, 1}})
-    for (bool use_fp8 : {false, true}) {
-      PagedConfig c = base();
-      c.head_dim = h.K, c.v_dim = h.V, c.heads = h.heads, c.kv_heads = h.kv_heads;
-      c.sink = true;
-      c.window = 100;
-      c.context_lens = {1, 0, 70, 300, 17, 129, 64};
-      c.query_lens = {1, 0, 4, 3, 1, 2, 4};
-      if (use_fp8) c = fp8(c, ScaleMode::per_token);
-      const uint64_t seed = flashgate::harness::fresh_seed();
-      SCOPED_TRACE(seed_note(seed, c));
-      const Reference r = reference(c, seed);
-      for (int splits : {1, 3})
-        for (int ctas : {1, 3, 7}) {
-          SCOPED_TRACE("splits " + std::to_string(splits) + " ctas " + std::to_string(ctas));
-          ForcedSplits forced(splits);
-          ForcedServingCtas grid(ctas);
-          expect_matches(run_gpu(r.host), r.o, c);
-        }
-    }
 }
 
 // The heuristic's own choice on a shape that splits (few sequences, long contexts), window included.

@@ -32,15 +32,6 @@ class ForcedSplits {
   ForcedSplits& operator=(const ForcedSplits&) = delete;
 };
 
-// Sets FLASHGATE_SERVING_CTAS for one scope (the persistent serving kernel's grid: n CTAs walk the items).
-class ForcedServingCtas {
- public:
-  explicit ForcedServingCtas(int n) { setenv("FLASHGATE_SERVING_CTAS", std::to_string(n).c_str(), 1); }
-  ~ForcedServingCtas() { unsetenv("FLASHGATE_SERVING_CTAS"); }
-  ForcedServingCtas(const ForcedServingCtas&) = delete;
-  ForcedServingCtas& operator=(const ForcedServingCtas&) = delete;
-};
-
 // `o` of the fp64 reference: `op(args, launch)` on the cpu backend over a float64 copy of `host`.
 template <class Case, class Op>
 flashgate::harness::OwnedTensor fp64_output(const Case& host, Op op) {

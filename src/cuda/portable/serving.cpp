@@ -62,15 +62,6 @@ int forced_splits() {
   return n > 0 ? std::min(n, kMaxSplits) : 0;
 }
 
-// FLASHGATE_SERVING_CTAS=n caps the persistent 16-bit kernel's grid at n CTAs (tests walk several work
-// items per CTA on small shapes; 0 or unset: the resident CTAs).
-int64_t forced_serving_ctas() {
-  const char* env = std::getenv("FLASHGATE_SERVING_CTAS");
-  if (!env || !*env) return 0;
-  const long long n = std::atoll(env);
-  return n > 0 ? n : 0;
-}
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // log2(x) for a power of two, else -1.
@@ -171,8 +162,7 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   plan.mma = entry;
   plan.stages = stages;
   plan.splits = choose_splits(p, in, dev, ctas_per_sm, shape.keys_per_stage);
-  const int64_t forced = forced_serving_ctas();
-  plan.resident_ctas = forced ? forced : static_cast<int64_t>(dev.sms) * ctas_per_sm;
+  plan.resident_ctas = static_cast<int64_t>(dev.sms) * ctas_per_sm;
   return plan;
 }
 
