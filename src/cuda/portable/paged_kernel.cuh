@@ -395,15 +395,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     // the loader; later items find their first stages loaded already.
     if (!Tile::kAcrossItems || !loader_started) {
       loader_started = true;
-      // This item is resolved already: aim at it directly (a seek would search the sequences again before
-      // the first copy). Without keys, the next one that has some (none without kAcrossItems: one CTA per
-      // item).
-      if (slice.end > slice.begin) {
-        load_item = item;
-        aim(rb, slice, kv_head);
-      } else {
-        seek(item + gridDim.x);
-      }
+      seek(item);  // without kAcrossItems the grid has one CTA per item: seek finds this item or none
       for (int t = 0; t < stages - 1; ++t) {
         if (loading()) load_stage();
         ptx::cp_async_commit();
