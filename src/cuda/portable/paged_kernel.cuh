@@ -22,9 +22,6 @@
 //   Without per-token V scales P is rounded once, and one mma does.
 // - Scores live in the exp2 domain (scale * log2 e folded once); the decode gate term arrives precomputed
 //   per (query head, key) from a suffix-sum pre-kernel (decode_gate.cu).
-// - Work items (row block, kv head, split) are taken b, b + grid, ... by CTA b. For 16-bit caches the grid
-//   is the resident CTAs and the stage loader runs on into the CTA's next item, so its first stages load
-//   while the current item ends (short contexts: no per-CTA start and drain); fp8 has one item per CTA.
 // - One split: the CTA writes o. Several: normalised partial o (fp32) and its log2 sum go to the
 //   workspace and paged_merge.cu combines them; an empty slice writes lse = -inf and weighs 0.
 #pragma once
@@ -70,11 +67,7 @@ struct PagedTile {
   static constexpr int kStageBytes = KS * (kKeyRowBytes + kValueRowBytes) + (kScaleSlots ? 2 * KS * 4 : 0);
   static constexpr int kQBytes = kKSteps * 32 * 16;    // query fragments, [k-step][lane][4 registers]
   static constexpr int kRowInfoBytes = kRows * 32;
-  static constexpr int kReduceBytes = WK * kRows * VP * 4;  // the cross-warp merge of o, in the ring
-  static constexpr int kReduceRowBytes = 2 * WK * kRows * 4 + 2 * kRows * 4;  // its row terms, in the Q area
-  // A CTA loads the next work item's first stages during the current item's last stages and epilogue
-  // where one ring slot holds the merge (16-bit caches; an fp8 stage is half of it).
-  static constexpr bool kAcrossItems = kStageBytes >= kReduceBytes;
+  static constexpr int kReduceBytes = WK * kRows * VP * 4 + 2 * WK * kRows * 4 + 2 * kRows * 4;
   // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
   static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
   // Register budget: 3 CTAs per SM (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to
@@ -88,7 +81,6 @@ struct PagedTile {
   static_assert(VW % (8 * E) == 0 && kValueRowBytes % 128 == 0, "value dims must fill whole rounds");
   static_assert(VP % 32 == 0, "reduce_col permutes dims within aligned groups of 32");
   static_assert(WV * WK == kWarps, "warps must tile keys x value dims");
-  static_assert(kReduceRowBytes <= kQBytes, "the merge's row terms must fit the query-fragment area");
 
   // Byte offset of 16-byte chunk `chunk` of key row `row` in a stage (pairs of rows alternate 64-byte halves,
   // so the 8 lanes of one load phase, 2 rows x 64 bytes, hit all 32 banks).
@@ -246,114 +238,79 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wk = warp / Tile::WV, wv = warp % Tile::WV;
   const int g = lane >> 2, c = lane & 3;
-  const int64_t num_items = p.row_blocks * p.H * p.num_splits;
-  // Work item -> (row block, kv head, split); row blocks vary fastest.
-  auto item_coords = [&](int64_t item, int64_t& vb, int& kv_head, int& split) {
-    vb = item % p.row_blocks;
-    const int64_t rest = item / p.row_blocks;
-    kv_head = static_cast<int>(rest % p.H);
-    split = static_cast<int>(rest / p.H);
-  };
+  const int kv_head = blockIdx.y, split = blockIdx.z;
+
+  RowBlock rb;
+  if (!resolve_row_block(p, blockIdx.x, rb)) return;  // the same for every thread of the CTA
+
+  // This split's keys.
+  const KeyRange slice = split_slice(block_key_range(p, rb), split, p.num_splits, KS);
+  const int num_tiles = slice.end > slice.begin ? (slice.end - slice.begin + KS - 1) / KS : 0;
 
   // Stage loader: warp w copies stage rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp); lane i looks row i
-  // up (block table, scales) once and the lanes that copy the row get its address by shuffle. It walks the
-  // CTA's items in the order they are computed, stage after stage, with its own item, key and ring slot:
-  // with Tile::kAcrossItems it goes on into the next item while the current one computes its last stages
-  // and its epilogue. It fetches the block-table entries of its rows kLookAhead stages early (the copy then
-  // does not wait on a table load).
+  // up (block table, scales) once and the lanes that copy the row get its address by shuffle. Stages are
+  // loaded in tile order, so the loader keeps its own key and ring slot, and fetches the block-table entry
+  // of its row kLookAhead stages early (the copy then does not wait on a table load).
   constexpr int kRowsPerWarp = KS / Tile::kWarps;
   const int key_bytes = p.K * Tile::kBytes, value_bytes = p.V * Tile::kBytes;
+  // This kv head's rows and per-token scales: the head term of every key's offset is added once here.
+  const unsigned char* kbase = static_cast<const unsigned char*>(p.k) + kv_head * p.k_head_stride * Tile::kBytes;
+  const unsigned char* vbase = static_cast<const unsigned char*>(p.v) + kv_head * p.v_head_stride * Tile::kBytes;
+  const float* kscale_base = p.k_scale + kv_head * p.k_scale_strides[1];  // strides are 0 unless per token
+  const float* vscale_base = p.v_scale + kv_head * p.v_scale_strides[1];
   const paged_detail::WarpRowCopy<Tile::kKeyRowBytes / 16, kRowsPerWarp> copy_keys(key_bytes, lane);
   const paged_detail::WarpRowCopy<Tile::kValueRowBytes / 16, kRowsPerWarp> copy_values(value_bytes, lane);
   const bool loader_lane = lane < kRowsPerWarp;
   static_assert(kRowsPerWarp < 32, "one bit per row of the warp");
   const bool whole_rows = copy_keys.whole_chunks && copy_values.whole_chunks;
+  int load_key = slice.begin + warp * kRowsPerWarp + lane;  // this lane's row in the next stage to load
+  int load_slot = 0;
+  // Block-table entries of this lane's rows in the next kLookAhead stages: under full HBM load an entry
+  // that misses in L2 can take longer than one stage, and a short CTA has few stages to hide it behind.
+  const int32_t* table_row = table_row_of(p, rb.seq);
+  int ahead[Tile::kLookAhead];  // block numbers (a key's slot is recomputed where needed: one register less)
+#pragma unroll
+  for (int a = 0; a < Tile::kLookAhead; ++a) {
+    const int key = load_key + a * KS;
+    ahead[a] = loader_lane && key < slice.end ? key_page(p, table_row, key).block : 0;
+  }
   const bool k_per_token = kFp8 && p.k_scale_mode == CacheScale::per_token;
   const bool v_per_token = kFp8 && p.v_scale_mode == CacheScale::per_token;
   const int64_t k_row_step = p.k_slot_stride * Tile::kBytes, v_row_step = p.v_slot_stride * Tile::kBytes;
-  int64_t load_item = num_items;  // the item being loaded (num_items: none left)
-  int load_first = 0, load_end = 0;  // the first key of its next stage, the end of its slice (equal: none)
-  int load_slot = 0;
-  int64_t load_key_start = 0;        // decode: the sequence's first row of k/v
-  const int32_t* table_row = nullptr;
-  // Its kv head's rows and per-token scales: the head term of every key's offset is added once per item.
-  const unsigned char *kbase = nullptr, *vbase = nullptr;
-  const float *kscale_base = nullptr, *vscale_base = nullptr;
-  // Block-table entries of this lane's rows in the next kLookAhead stages: under full HBM load an entry
-  // that misses in L2 can take longer than one stage, and a short CTA has few stages to hide it behind.
-  int ahead[Tile::kLookAhead];  // block numbers (a key's slot is recomputed where needed: one register less)
-  // Points the loader at the keys `s` (not empty) of row block `r` and kv head `kvh`.
-  auto aim = [&](const RowBlock& r, KeyRange s, int kvh) {
-    load_first = s.begin, load_end = s.end;
-    load_key_start = r.seq.key_start;
-    table_row = table_row_of(p, r.seq);
-    kbase = static_cast<const unsigned char*>(p.k) + kvh * p.k_head_stride * Tile::kBytes;
-    vbase = static_cast<const unsigned char*>(p.v) + kvh * p.v_head_stride * Tile::kBytes;
-    kscale_base = p.k_scale + kvh * p.k_scale_strides[1];  // strides are 0 unless per token
-    vscale_base = p.v_scale + kvh * p.v_scale_strides[1];
-#pragma unroll
-    for (int a = 0; a < Tile::kLookAhead; ++a) {
-      const int key = load_first + a * KS + warp * kRowsPerWarp + lane;
-      ahead[a] = loader_lane && key < load_end ? key_page(p, table_row, key).block : 0;
-    }
-  };
-  // Points the loader at `item` when it has keys to load.
-  auto take = [&](int64_t item) {
-    int64_t vb;
-    int kvh, sp;
-    item_coords(item, vb, kvh, sp);
-    RowBlock r;
-    if (!resolve_row_block(p, vb, r)) return false;
-    const KeyRange s = split_slice(block_key_range(p, r), sp, p.num_splits, KS);
-    if (s.end <= s.begin) return false;
-    aim(r, s, kvh);
-    return true;
-  };
-  // Moves the loader to the first item at or after `item` (stepping by the grid) that has keys to load.
-  // Every thread calls it with the same item (warp-wide sequence search).
-  auto seek = [&](int64_t item) {
-    load_first = load_end = 0;
-    for (load_item = item; load_item < num_items && !take(load_item); load_item += gridDim.x) {
-    }
-  };
-  // Copies the next stage and advances (to the next item after an item's last stage, with kAcrossItems).
   auto load_stage = [&]() {
     unsigned char* stage = ring + load_slot * Tile::kStageBytes;
     unsigned char* vstage = stage + KS * Tile::kKeyRowBytes;
     load_slot = load_slot + 1 == stages ? 0 : load_slot + 1;
-    const int first = load_first;  // the warp's first row is first + row0
-    const int row0 = warp * kRowsPerWarp;
-    const int j = first + row0 + lane;
+    const int j = load_key;
     const int block = ahead[0];
-    load_first += KS;
+    load_key += KS;
 #pragma unroll
     for (int a = 0; a + 1 < Tile::kLookAhead; ++a) ahead[a] = ahead[a + 1];
-    const int fetch = j + Tile::kLookAhead * KS;
-    if (loader_lane && fetch < load_end) ahead[Tile::kLookAhead - 1] = key_page(p, table_row, fetch).block;
+    const int fetch = load_key + (Tile::kLookAhead - 1) * KS;
+    if (loader_lane && fetch < slice.end) ahead[Tile::kLookAhead - 1] = key_page(p, table_row, fetch).block;
+    const int row0 = warp * kRowsPerWarp;
     auto key_chunk = [](int row, int chunk) { return Tile::key_chunk(row, chunk); };
     auto value_chunk = [](int row, int chunk) { return Tile::value_chunk(row, chunk); };
     // Usually the warp's rows are consecutive slots of one page (or tokens of a decode sequence), all live:
     // lane 0's block-table entry and the key numbers tell, with no per-row lookup, and each lane's source
     // advances by a constant.
-    const int wfirst = first + row0;
+    const int first = j - lane;  // the warp's first row (the same in every lane)
     const int block0 = __shfl_sync(0xffffffffu, block, 0);
-    const int slot0 = p.block_table ? wfirst - page_index_of(p, wfirst) * p.block_size : 0;  // decode: unused
-    const bool run = whole_rows && wfirst + kRowsPerWarp <= load_end &&
+    const int slot0 = p.block_table ? first - page_index_of(p, first) * p.block_size : 0;  // decode: unused
+    const bool run = whole_rows && first + kRowsPerWarp <= slice.end &&
                      (!p.block_table || (slot0 + kRowsPerWarp <= p.block_size && block0 >= 0 && block0 < p.num_blocks));
     KeyRow kr;
     bool ok = loader_lane;
     if (run) {
-      const int64_t t = p.block_table ? slot0 : load_key_start + wfirst;  // slot (paged) or row (decode)
-      kr.block = block0, kr.slot = slot0 + lane;                       // for the per-token scales
+      const int64_t t = p.block_table ? slot0 : rb.seq.key_start + first;  // slot (paged) or row (decode)
+      kr.block = block0, kr.slot = slot0 + lane;                           // for the per-token scales
       copy_keys.copy_run(stage, kbase + (block0 * p.k_block_stride + t * p.k_slot_stride) * Tile::kBytes,
                          k_row_step, row0, key_chunk);
       copy_values.copy_run(vstage, vbase + (block0 * p.v_block_stride + t * p.v_slot_stride) * Tile::kBytes,
                            v_row_step, row0, value_chunk);
     } else {
       const KeyPage page{block, p.block_table ? j - page_index_of(p, j) * p.block_size : 0};
-      SequenceKeys seq;  // what locate_key reads of the sequence: its first row of k/v (decode)
-      seq.key_start = load_key_start;
-      ok = ok && j < load_end && locate_key(p, seq, /*kv_head=*/0, j, page, kr);
+      ok = ok && j < slice.end && locate_key(p, rb.seq, /*kv_head=*/0, j, page, kr);
       const uint32_t live = __ballot_sync(0xffffffffu, ok);
       copy_keys(stage, ok ? kbase + kr.k_off * Tile::kBytes : kbase, live, row0, key_chunk);
       copy_values(vstage, ok ? vbase + kr.v_off * Tile::kBytes : vbase, live, row0, value_chunk);
@@ -367,384 +324,355 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
         ptx::cp_async_4(scales + KS, ok ? vscale_base + scale_offset(p.v_scale_strides, kr, 0) : p.v_scale,
                         ok ? 4 : 0);
     }
-    if constexpr (Tile::kAcrossItems) {
-      if (load_first >= load_end) seek(load_item + gridDim.x);
-    }
   };
-  auto loading = [&]() { return load_first < load_end; };
 
-  // Work items b, b + grid, ... of this CTA (the host sizes the grid to the resident CTAs with
-  // kAcrossItems, else to one item per CTA). Each item is computed whole by one CTA, so the results do not
-  // depend on the grid.
-  int read_slot = 0;  // the ring slot of the next stage to compute (the ring runs on across items)
-  bool loader_started = false;
-  // Without kAcrossItems the grid has one CTA per item: the loop body runs once.
-  for (int64_t item = blockIdx.x; item < num_items; item = Tile::kAcrossItems ? item + gridDim.x : num_items) {
-    int64_t vb;
-    int kv_head, split;
-    item_coords(item, vb, kv_head, split);
-    RowBlock rb;
-    if (!resolve_row_block(p, vb, rb)) continue;  // the same for every thread of the CTA
+  // The first stages go out before anything else: staging the rows and query fragments below then costs
+  // no time of its own (it overlaps their latency).
+  for (int t = 0; t < stages - 1; ++t) {
+    if (t < num_tiles) load_stage();
+    ptx::cp_async_commit();
+  }
 
-    // This split's keys.
-    const KeyRange slice = split_slice(block_key_range(p, rb), split, p.num_splits, KS);
-    const int num_tiles = slice.end > slice.begin ? (slice.end - slice.begin + KS - 1) / KS : 0;
+  if (tid < Tile::kRows) {
+    const RowInfo ri = row_info(p, rb, kv_head, tid);
+    rows->q_row[tid] = ri.q_row;
+    rows->head[tid] = ri.valid ? ri.head : -1;
+    rows->pos[tid] = ri.pos;
+    rows->lo[tid] = ri.lo;
+    rows->gate_row[tid] = ri.valid ? ri.head * p.total_k + rb.seq.key_start : 0;
+  }
+  __syncthreads();
 
-    // The first stages go out before anything else: staging the rows and query fragments below then costs
-    // no time of its own (it overlaps their latency). With kAcrossItems only the CTA's first item starts
-    // the loader; later items find their first stages loaded already.
-    if (!Tile::kAcrossItems || !loader_started) {
-      loader_started = true;
-      seek(item);  // without kAcrossItems the grid has one CTA per item: seek finds this item or none
-      for (int t = 0; t < stages - 1; ++t) {
-        if (loading()) load_stage();
-        ptx::cp_async_commit();
+  // Query fragments in the key-permuted head-dim order (Frag::key_dim), zero past K and in padding rows.
+  // Thread tid fills register tid % 4 of lane tid / 4 in every k-step; kQBatch k-steps of independent
+  // loads at a time.
+  {
+    static_assert(Tile::kThreads == 128, "one query fragment register per thread and k-step");
+    constexpr int kQBatch = Tile::kKSteps < 8 ? Tile::kKSteps : 8;
+    const int ln = tid >> 2, reg = tid & 3;
+    const int r = (ln >> 2) + ((reg & 1) ? 8 : 0), half = reg >> 1;
+    const int head = rows->head[r];
+    const int64_t base = head >= 0 ? rows->q_row[r] * p.q_row_stride + head * p.q_head_stride : 0;
+    // f16 Q K^T on an fp8 cache: row r's q goes in as q * 2^s with its largest element in [2^14, 2^15),
+    // so no element overflows f16 and all but those below 2^-29 of the largest keep full precision. Row r
+    // lives in the 8 threads that differ in tid bits 1-3.
+    float q_mul = 1.f;
+    if constexpr (Tile::kScaleQ) {
+      float amax = 0.f;
+      if (head >= 0) {
+#pragma unroll 4
+        for (int ks = 0; ks < Tile::kKSteps; ++ks)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int d = Frag::key_dim(ks, ln & 3, half, e);
+            if (d < p.K) amax = fmaxf(amax, fabsf(paged_detail::load_qo(p.q, base + d, p.qo_dtype)));
+          }
       }
+#pragma unroll
+      for (int m = 2; m <= 8; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+      const int shift = paged_detail::f16_range_shift(amax);
+      q_mul = paged_detail::pow2(shift);
+      if ((tid & 14) == 0) rows->q_unscale[r] = paged_detail::pow2(-shift);
     }
-    __syncthreads();  // the previous item's epilogue is done with the row facts and the merge buffers
-    if (tid < Tile::kRows) {
-      const RowInfo ri = row_info(p, rb, kv_head, tid);
-      rows->q_row[tid] = ri.q_row;
-      rows->head[tid] = ri.valid ? ri.head : -1;
-      rows->pos[tid] = ri.pos;
-      rows->lo[tid] = ri.lo;
-      rows->gate_row[tid] = ri.valid ? ri.head * p.total_k + rb.seq.key_start : 0;
+    for (int ks0 = 0; ks0 < Tile::kKSteps; ks0 += kQBatch) {
+      float x[kQBatch][2];
+#pragma unroll
+      for (int u = 0; u < kQBatch; ++u) {
+        const int d0 = Frag::key_dim(ks0 + u, ln & 3, half, 0), d1 = Frag::key_dim(ks0 + u, ln & 3, half, 1);
+        const bool live = head >= 0 && ks0 + u < Tile::kKSteps;
+        x[u][0] = live && d0 < p.K ? paged_detail::load_qo(p.q, base + d0, p.qo_dtype) * q_mul : 0.f;
+        x[u][1] = live && d1 < p.K ? paged_detail::load_qo(p.q, base + d1, p.qo_dtype) * q_mul : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kQBatch; ++u)
+        if (ks0 + u < Tile::kKSteps) qfrag[(ks0 + u) * 128 + tid] = ptx::pack2<Mma>(x[u][0], x[u][1]);
     }
+  }
+  __syncthreads();  // qfrag and q_unscale complete
+
+  uint32_t qreg[Tile::kQInRegisters ? Tile::kKSteps : 1][4];
+  if constexpr (Tile::kQInRegisters) {
+#pragma unroll
+    for (int ks = 0; ks < Tile::kKSteps; ++ks) lds128(qreg[ks], qfrag + (ks * 32 + lane) * 4);
+  }
+
+  // This lane's two rows (g, g+8): visible keys and the score multiplier (softmax scale in the exp2
+  // domain, per-tensor K scale, the undoing of the query's power-of-two scale).
+  float score_mul = p.scale_log2;
+  if (p.k_scale_mode == CacheScale::per_tensor) score_mul *= p.k_scale[0];
+  float row_mul[2];
+#pragma unroll
+  for (int rs = 0; rs < 2; ++rs) row_mul[rs] = Tile::kScaleQ ? score_mul * rows->q_unscale[g + 8 * rs] : score_mul;
+  // Key j is visible to row rs of this lane when lo <= j <= pos (a padding row has pos -1). The limits are
+  // read from shared memory where needed (edge tiles, the gate): the loop keeps no registers for them.
+  auto visible = [&](int j, int rs) { return j < slice.end && j <= rows->pos[g + 8 * rs] && j >= rows->lo[g + 8 * rs]; };
+  // A warp tile [key0, key0 + 16) needs no mask where this lane's rows see all of it (most tiles); padding
+  // rows, whose results are never written, may then see it too (zero queries: finite scores).
+  int whole_lo = 0, whole_hi = slice.end - 1;
+#pragma unroll
+  for (int rs = 0; rs < 2; ++rs) {
+    if (rows->head[g + 8 * rs] < 0) continue;
+    whole_lo = max(whole_lo, rows->lo[g + 8 * rs]);
+    whole_hi = min(whole_hi, rows->pos[g + 8 * rs]);
+  }
+  // Per-token V: P * scale enters the mma divided by 2^(v_exp - 127), v_exp the largest biased exponent of
+  // the V scales this warp has seen (so the pair stays below 2 in f16); the epilogue multiplies it back.
+  int v_exp = 1;
+
+  SoftmaxRow softmax[2];
+  float acc[Tile::kValueTiles][4];
+#pragma unroll
+  for (int i = 0; i < Tile::kValueTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+
+  for (int tile = 0, read_slot = 0; tile < num_tiles; ++tile, read_slot = read_slot + 1 == stages ? 0 : read_slot + 1) {
+    if (tile + stages - 1 < num_tiles) load_stage();
+    ptx::cp_async_commit();
+    paged_detail::wait_oldest_stage(stages);
     __syncthreads();
 
-    // Query fragments in the key-permuted head-dim order (Frag::key_dim), zero past K and in padding rows.
-    // Thread tid fills register tid % 4 of lane tid / 4 in every k-step; kQBatch k-steps of independent
-    // loads at a time.
-    {
-      static_assert(Tile::kThreads == 128, "one query fragment register per thread and k-step");
-      constexpr int kQBatch = Tile::kKSteps < 8 ? Tile::kKSteps : 8;
-      const int ln = tid >> 2, reg = tid & 3;
-      const int r = (ln >> 2) + ((reg & 1) ? 8 : 0), half = reg >> 1;
-      const int head = rows->head[r];
-      const int64_t base = head >= 0 ? rows->q_row[r] * p.q_row_stride + head * p.q_head_stride : 0;
-      // f16 Q K^T on an fp8 cache: row r's q goes in as q * 2^s with its largest element in [2^14, 2^15),
-      // so no element overflows f16 and all but those below 2^-29 of the largest keep full precision. Row r
-      // lives in the 8 threads that differ in tid bits 1-3.
-      float q_mul = 1.f;
-      if constexpr (Tile::kScaleQ) {
-        float amax = 0.f;
-        if (head >= 0) {
-#pragma unroll 4
-          for (int ks = 0; ks < Tile::kKSteps; ++ks)
+    const unsigned char* kst = ring + read_slot * Tile::kStageBytes;
+    const unsigned char* vst = kst + KS * Tile::kKeyRowBytes;
+    const float* kscales = reinterpret_cast<const float*>(vst + KS * Tile::kValueRowBytes);
+    const float* vscales = kscales + KS;
+    const int wrow = wk * Tile::kKeysPerWarp;            // this warp's first key row in the stage
+    const int key0 = slice.begin + tile * KS + wrow;     // its first key (local position)
+
+    // S = Q K^T over this warp's 16 keys: two n-tiles of 8 keys.
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int d = Frag::key_dim(ks, ln & 3, half, e);
-              if (d < p.K) amax = fmaxf(amax, fabsf(paged_detail::load_qo(p.q, base + d, p.qo_dtype)));
-            }
+    for (int round = 0; round < Tile::kKeyRounds; ++round) {
+      uint32_t kw[2][4];
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) lds128(kw[nt], kst + Tile::key_chunk(wrow + nt * 8 + g, round * 4 + c));
+#pragma unroll
+      for (int step = 0; step < Frag::kStepsPerKeyLoad; ++step) {
+        const int ks = round * Frag::kStepsPerKeyLoad + step;
+        uint32_t a[4];
+        if constexpr (Tile::kQInRegisters) {
+          a[0] = qreg[ks][0], a[1] = qreg[ks][1], a[2] = qreg[ks][2], a[3] = qreg[ks][3];
+        } else {
+          lds128(a, qfrag + (ks * 32 + lane) * 4);
         }
-#pragma unroll
-        for (int m = 2; m <= 8; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        const int shift = paged_detail::f16_range_shift(amax);
-        q_mul = paged_detail::pow2(shift);
-        if ((tid & 14) == 0) rows->q_unscale[r] = paged_detail::pow2(-shift);
-      }
-      for (int ks0 = 0; ks0 < Tile::kKSteps; ks0 += kQBatch) {
-        float x[kQBatch][2];
-#pragma unroll
-        for (int u = 0; u < kQBatch; ++u) {
-          const int d0 = Frag::key_dim(ks0 + u, ln & 3, half, 0), d1 = Frag::key_dim(ks0 + u, ln & 3, half, 1);
-          const bool live = head >= 0 && ks0 + u < Tile::kKSteps;
-          x[u][0] = live && d0 < p.K ? paged_detail::load_qo(p.q, base + d0, p.qo_dtype) * q_mul : 0.f;
-          x[u][1] = live && d1 < p.K ? paged_detail::load_qo(p.q, base + d1, p.qo_dtype) * q_mul : 0.f;
-        }
-#pragma unroll
-        for (int u = 0; u < kQBatch; ++u)
-          if (ks0 + u < Tile::kKSteps) qfrag[(ks0 + u) * 128 + tid] = ptx::pack2<Mma>(x[u][0], x[u][1]);
-      }
-    }
-    __syncthreads();  // qfrag and q_unscale complete
-
-    uint32_t qreg[Tile::kQInRegisters ? Tile::kKSteps : 1][4];
-    if constexpr (Tile::kQInRegisters) {
-#pragma unroll
-      for (int ks = 0; ks < Tile::kKSteps; ++ks) lds128(qreg[ks], qfrag + (ks * 32 + lane) * 4);
-    }
-
-    // This lane's two rows (g, g+8): visible keys and the score multiplier (softmax scale in the exp2
-    // domain, per-tensor K scale, the undoing of the query's power-of-two scale).
-    float score_mul = p.scale_log2;
-    if (p.k_scale_mode == CacheScale::per_tensor) score_mul *= p.k_scale[0];
-    float row_mul[2];
-#pragma unroll
-    for (int rs = 0; rs < 2; ++rs) row_mul[rs] = Tile::kScaleQ ? score_mul * rows->q_unscale[g + 8 * rs] : score_mul;
-    // Key j is visible to row rs of this lane when lo <= j <= pos (a padding row has pos -1). The limits are
-    // read from shared memory where needed (edge tiles, the gate): the loop keeps no registers for them.
-    auto visible = [&](int j, int rs) { return j < slice.end && j <= rows->pos[g + 8 * rs] && j >= rows->lo[g + 8 * rs]; };
-    // A warp tile [key0, key0 + 16) needs no mask where this lane's rows see all of it (most tiles); padding
-    // rows, whose results are never written, may then see it too (zero queries: finite scores).
-    int whole_lo = 0, whole_hi = slice.end - 1;
-#pragma unroll
-    for (int rs = 0; rs < 2; ++rs) {
-      if (rows->head[g + 8 * rs] < 0) continue;
-      whole_lo = max(whole_lo, rows->lo[g + 8 * rs]);
-      whole_hi = min(whole_hi, rows->pos[g + 8 * rs]);
-    }
-    // Per-token V: P * scale enters the mma divided by 2^(v_exp - 127), v_exp the largest biased exponent of
-    // the V scales this warp has seen (so the pair stays below 2 in f16); the epilogue multiplies it back.
-    int v_exp = 1;
-
-    SoftmaxRow softmax[2];
-    float acc[Tile::kValueTiles][4];
-#pragma unroll
-    for (int i = 0; i < Tile::kValueTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-
-    for (int tile = 0; tile < num_tiles; ++tile, read_slot = read_slot + 1 == stages ? 0 : read_slot + 1) {
-      if (loading()) load_stage();
-      ptx::cp_async_commit();
-      paged_detail::wait_oldest_stage(stages);
-      __syncthreads();
-
-      const unsigned char* kst = ring + read_slot * Tile::kStageBytes;
-      const unsigned char* vst = kst + KS * Tile::kKeyRowBytes;
-      const float* kscales = reinterpret_cast<const float*>(vst + KS * Tile::kValueRowBytes);
-      const float* vscales = kscales + KS;
-      const int wrow = wk * Tile::kKeysPerWarp;            // this warp's first key row in the stage
-      const int key0 = slice.begin + tile * KS + wrow;     // its first key (local position)
-
-      // S = Q K^T over this warp's 16 keys: two n-tiles of 8 keys.
-      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-      for (int round = 0; round < Tile::kKeyRounds; ++round) {
-        uint32_t kw[2][4];
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) lds128(kw[nt], kst + Tile::key_chunk(wrow + nt * 8 + g, round * 4 + c));
-#pragma unroll
-        for (int step = 0; step < Frag::kStepsPerKeyLoad; ++step) {
-          const int ks = round * Frag::kStepsPerKeyLoad + step;
-          uint32_t a[4];
-          if constexpr (Tile::kQInRegisters) {
-            a[0] = qreg[ks][0], a[1] = qreg[ks][1], a[2] = qreg[ks][2], a[3] = qreg[ks][3];
-          } else {
-            lds128(a, qfrag + (ks * 32 + lane) * 4);
-          }
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            uint32_t b[2];
-            Frag::key_fragment(kw[nt], step, b);
-            ptx::mma_16816<Mma>(s[nt], a, b);
-          }
-        }
-      }
-
-      // Per-token K scales, then scale and mask; then the gate (decode with g only); then the online
-      // softmax per row.
-      if (k_per_token) {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float ks = kscales[wrow + nt * 8 + 2 * c + e];
-            s[nt][e] *= ks, s[nt][2 + e] *= ks;
-          }
-      }
-      if (key0 >= whole_lo && key0 + Tile::kKeysPerWarp - 1 <= whole_hi) {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) s[nt][i] *= row_mul[i >> 1];
-      } else {
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int j = key0 + nt * 8 + 2 * c + e;
-#pragma unroll
-            for (int rs = 0; rs < 2; ++rs) {
-              s[nt][2 * rs + e] = visible(j, rs) ? s[nt][2 * rs + e] * row_mul[rs] : -INFINITY;
-            }
-          }
+          uint32_t b[2];
+          Frag::key_fragment(kw[nt], step, b);
+          ptx::mma_16816<Mma>(s[nt], a, b);
         }
       }
-      if (p.gate_bias) {
-        const int64_t gate_row[2] = {rows->gate_row[g], rows->gate_row[g + 8]};
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-#pragma unroll
-            for (int rs = 0; rs < 2; ++rs) {
-              const int j = key0 + nt * 8 + 2 * c + e;
-              if (visible(j, rs)) s[nt][2 * rs + e] += p.gate_bias[gate_row[rs] + j];
-            }
-      }
-      float factor[2];
-#pragma unroll
-      for (int rs = 0; rs < 2; ++rs) {
-        const float m = fmaxf(fmaxf(s[0][2 * rs], s[0][2 * rs + 1]), fmaxf(s[1][2 * rs], s[1][2 * rs + 1]));
-        factor[rs] = softmax[rs].rescale(quad_max(m));
-      }
-      // Per-token V: this tile's V scales (the same 16 in every quad; unloaded keys have 0) may raise v_exp.
-      // Each lane's 4 are read once and later multiplied by the unit once (each serves two rows).
-      float v_scale[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-      if (v_per_token) {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const float2 x = *reinterpret_cast<const float2*>(vscales + wrow + nt * 8 + 2 * c);
-          v_scale[nt][0] = x.x, v_scale[nt][1] = x.y;
-        }
-        const float vmax = quad_max(fmaxf(fmaxf(v_scale[0][0], v_scale[0][1]), fmaxf(v_scale[1][0], v_scale[1][1])));
-        const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
-        if (e > v_exp) {  // uniform over the warp
-          const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
-          factor[0] *= down, factor[1] *= down;
-          v_exp = e;
-        }
-      }
-      // Once a row has met its large scores its max rarely moves: skip the accumulator rescale then.
-      if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
-#pragma unroll
-        for (int i = 0; i < Tile::kValueTiles; ++i) {
-          acc[i][0] *= factor[0], acc[i][1] *= factor[0];
-          acc[i][2] *= factor[1], acc[i][3] *= factor[1];
-        }
-      }
-#pragma unroll
-      for (int rs = 0; rs < 2; ++rs) {
-        const float off = softmax[rs].exp_offset();
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pr = ptx::exp2_ftz(s[nt][2 * rs + e] - off);
-            s[nt][2 * rs + e] = pr;
-            softmax[rs].sum += pr;
-          }
-      }
+    }
 
-      // P as the A operand: keys 2c,2c+1 (a0 row g, a1 row g+8) and 8+2c,8+2c+1 (a2, a3). Per-token V scales
-      // (fp8) ride on P, and P * scale keeps ~22 bits as an f16 hi + lo pair through two mmas (SPEC §6);
-      // without them P is rounded once, as on the 16-bit path.
-      uint32_t pa[4], pa_lo[4];
-      if (v_per_token) {
-        const float v_unit = paged_detail::pow2(127 - v_exp);
+    // Per-token K scales, then scale and mask; then the gate (decode with g only); then the online
+    // softmax per row.
+    if (k_per_token) {
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) v_scale[nt][0] *= v_unit, v_scale[nt][1] *= v_unit;
-      }
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float ks = kscales[wrow + nt * 8 + 2 * c + e];
+          s[nt][e] *= ks, s[nt][2 + e] *= ks;
+        }
+    }
+    if (key0 >= whole_lo && key0 + Tile::kKeysPerWarp - 1 <= whole_hi) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[nt][i] *= row_mul[i >> 1];
+    } else {
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-        for (int rs = 0; rs < 2; ++rs) {
-          if (v_per_token) {
-            const float x0 = s[nt][2 * rs] * v_scale[nt][0];
-            const float x1 = s[nt][2 * rs + 1] * v_scale[nt][1];
-            pa[2 * nt + rs] = ptx::pack2<Mma>(x0, x1);
-            const float2 hi = ptx::unpack2<Mma>(pa[2 * nt + rs]);
-            pa_lo[2 * nt + rs] = ptx::pack2<Mma>(x0 - hi.x, x1 - hi.y);
-          } else {
-            pa[2 * nt + rs] = ptx::pack2<Mma>(s[nt][2 * rs], s[nt][2 * rs + 1]);
+        for (int e = 0; e < 2; ++e) {
+          const int j = key0 + nt * 8 + 2 * c + e;
+#pragma unroll
+          for (int rs = 0; rs < 2; ++rs) {
+            s[nt][2 * rs + e] = visible(j, rs) ? s[nt][2 * rs + e] * row_mul[rs] : -INFINITY;
           }
         }
       }
-
-      // O += P V over this warp's value dims.
-#pragma unroll
-      for (int round = 0; round < Tile::kValueRounds; ++round) {
-        const int chunk = (wv * VW * Tile::kBytes) / 16 + round * 8 + g;
-        uint32_t v0[4], v1[4], v8[4], v9[4];
-        lds128(v0, vst + Tile::value_chunk(wrow + 2 * c, chunk));
-        lds128(v1, vst + Tile::value_chunk(wrow + 2 * c + 1, chunk));
-        lds128(v8, vst + Tile::value_chunk(wrow + 2 * c + 8, chunk));
-        lds128(v9, vst + Tile::value_chunk(wrow + 2 * c + 9, chunk));
-#pragma unroll
-        for (int t = 0; t < E; ++t) {
-          const uint32_t b[2] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v8, v9, t)};
-          ptx::mma_16816<Mma>(acc[round * E + t], pa, b);
-          if (v_per_token) ptx::mma_16816<Mma>(acc[round * E + t], pa_lo, b);
-        }
-      }
-      __syncthreads();  // this stage is free for the loads of the next iteration
     }
-    // Merge the WK warps' partial states (same rows, different keys) through shared memory, then write. With
-    // kAcrossItems the next item's first stages are in flight: the merge takes the one free ring slot (the
-    // last one computed) and the query-fragment area (read only at the start of an item, or by its tiles).
-    if constexpr (!Tile::kAcrossItems) ptx::cp_async_wait<0>();
-    __syncthreads();
-    const int free_slot = read_slot == 0 ? stages - 1 : read_slot - 1;
-    float* red = reinterpret_cast<float*>(ring + (Tile::kAcrossItems ? free_slot * Tile::kStageBytes : 0));  // [WK][16][VP]
-    float* red_max = reinterpret_cast<float*>(qfrag);            // [WK][16]
-    float* red_sum = red_max + Tile::WK * Tile::kRows;           // [WK][16]
-    float* row_scale = red_sum + Tile::WK * Tile::kRows;         // [16]
-    float* row_lse = row_scale + Tile::kRows;                    // [16]
-    float row_sum[2];
+    if (p.gate_bias) {
+      const int64_t gate_row[2] = {rows->gate_row[g], rows->gate_row[g + 8]};
 #pragma unroll
-    for (int rs = 0; rs < 2; ++rs) row_sum[rs] = quad_sum(softmax[rs].sum);
-    if (wv == 0 && c == 0) {
+      for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int rs = 0; rs < 2; ++rs) {
-        red_max[wk * Tile::kRows + g + 8 * rs] = softmax[rs].max2;
-        red_sum[wk * Tile::kRows + g + 8 * rs] = row_sum[rs];
-      }
+        for (int e = 0; e < 2; ++e)
+#pragma unroll
+          for (int rs = 0; rs < 2; ++rs) {
+            const int j = key0 + nt * 8 + 2 * c + e;
+            if (visible(j, rs)) s[nt][2 * rs + e] += p.gate_bias[gate_row[rs] + j];
+          }
     }
-    __syncthreads();
+    float factor[2];
 #pragma unroll
     for (int rs = 0; rs < 2; ++rs) {
-      const int r = g + 8 * rs;
-      float m = -INFINITY;
-#pragma unroll
-      for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + r]);
-      // 0 for a warp that saw nothing; per-token V: times the unit P * scale was divided by.
-      float factor = exp2f(softmax[rs].max2 - (m == -INFINITY ? 0.f : m));
-      if (v_per_token) factor *= paged_detail::pow2(v_exp - 127);
-#pragma unroll
-      for (int round = 0; round < Tile::kValueRounds; ++round)
-#pragma unroll
-        for (int t = 0; t < E; ++t)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int d = Frag::value_dim(wv * VW + round * 8 * E, 2 * c + e, t);
-            red[(wk * Tile::kRows + r) * VP + Tile::reduce_col(r, d)] = acc[round * E + t][2 * rs + e] * factor;
-          }
+      const float m = fmaxf(fmaxf(s[0][2 * rs], s[0][2 * rs + 1]), fmaxf(s[1][2 * rs], s[1][2 * rs + 1]));
+      factor[rs] = softmax[rs].rescale(quad_max(m));
     }
-    if (tid < Tile::kRows) {
-      float m = -INFINITY, l = 0.f;
+    // Per-token V: this tile's V scales (the same 16 in every quad; unloaded keys have 0) may raise v_exp.
+    // Each lane's 4 are read once and later multiplied by the unit once (each serves two rows).
+    float v_scale[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+    if (v_per_token) {
 #pragma unroll
-      for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + tid]);
-      const float mu = m == -INFINITY ? 0.f : m;
-#pragma unroll
-      for (int w = 0; w < Tile::WK; ++w) l += red_sum[w * Tile::kRows + tid] * exp2f(red_max[w * Tile::kRows + tid] - mu);
-      float vmul = p.v_scale_mode == CacheScale::per_tensor ? p.v_scale[0] : 1.f;
-      const int head = rows->head[tid];
-      if (p.num_splits == 1) {
-        const bool has_sink = p.sink != nullptr && head >= 0;
-        const RowResult res = finish_row(m, l, has_sink, has_sink ? p.sink[head * p.sink_stride] : 0.f);
-        row_scale[tid] = res.o_scale * vmul;
-      } else {
-        row_scale[tid] = l > 0.f ? vmul / l : 0.f;
-        row_lse[tid] = l > 0.f ? m + log2f(l) : -INFINITY;
+      for (int nt = 0; nt < 2; ++nt) {
+        const float2 x = *reinterpret_cast<const float2*>(vscales + wrow + nt * 8 + 2 * c);
+        v_scale[nt][0] = x.x, v_scale[nt][1] = x.y;
+      }
+      const float vmax = quad_max(fmaxf(fmaxf(v_scale[0][0], v_scale[0][1]), fmaxf(v_scale[1][0], v_scale[1][1])));
+      const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
+      if (e > v_exp) {  // uniform over the warp
+        const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
+        factor[0] *= down, factor[1] *= down;
+        v_exp = e;
       }
     }
-    __syncthreads();
+    // Once a row has met its large scores its max rarely moves: skip the accumulator rescale then.
+    if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
+#pragma unroll
+      for (int i = 0; i < Tile::kValueTiles; ++i) {
+        acc[i][0] *= factor[0], acc[i][1] *= factor[0];
+        acc[i][2] *= factor[1], acc[i][3] *= factor[1];
+      }
+    }
+#pragma unroll
+    for (int rs = 0; rs < 2; ++rs) {
+      const float off = softmax[rs].exp_offset();
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pr = ptx::exp2_ftz(s[nt][2 * rs + e] - off);
+          s[nt][2 * rs + e] = pr;
+          softmax[rs].sum += pr;
+        }
+    }
 
-    // Warp w writes rows w, w + 4, ...; lane l dims l, l + 32, ...: each store is a 32-dim run of one row
-    // (coalesced), the merge-buffer reads of a run are conflict-free (reduce_col permutes dims within
-    // aligned 32s), and the row's facts are read once (no division by V per element).
-    auto merged = [&](int r, int d) {
-      float x = 0.f;
+    // P as the A operand: keys 2c,2c+1 (a0 row g, a1 row g+8) and 8+2c,8+2c+1 (a2, a3). Per-token V scales
+    // (fp8) ride on P, and P * scale keeps ~22 bits as an f16 hi + lo pair through two mmas (SPEC §6);
+    // without them P is rounded once, as on the 16-bit path.
+    uint32_t pa[4], pa_lo[4];
+    if (v_per_token) {
+      const float v_unit = paged_detail::pow2(127 - v_exp);
 #pragma unroll
-      for (int w = 0; w < Tile::WK; ++w) x += red[(w * Tile::kRows + r) * VP + Tile::reduce_col(r, d)];
-      return x * row_scale[r];
-    };
-    for (int r = warp; r < Tile::kRows; r += Tile::kWarps) {
-      const int head = rows->head[r];
-      if (head < 0) continue;  // the same for the whole warp
-      if (p.num_splits > 1) {
-        const int64_t row = (static_cast<int64_t>(split) * p.total_q + rows->q_row[r]) * p.HQ + head;
-        float* out = p.o_partial + row * p.V;
-        if (lane == 0) p.lse_partial[row] = row_lse[r];
+      for (int nt = 0; nt < 2; ++nt) v_scale[nt][0] *= v_unit, v_scale[nt][1] *= v_unit;
+    }
 #pragma unroll
-        for (int d = lane; d < VP; d += 32)
-          if (d < p.V) out[d] = merged(r, d);
-      } else {
-        const int64_t out = rows->q_row[r] * p.o_row_stride + head * p.o_head_stride;
+    for (int nt = 0; nt < 2; ++nt) {
 #pragma unroll
-        for (int d = lane; d < VP; d += 32)
-          if (d < p.V) paged_detail::store_qo(p.o, out + d, p.qo_dtype, merged(r, d));
+      for (int rs = 0; rs < 2; ++rs) {
+        if (v_per_token) {
+          const float x0 = s[nt][2 * rs] * v_scale[nt][0];
+          const float x1 = s[nt][2 * rs + 1] * v_scale[nt][1];
+          pa[2 * nt + rs] = ptx::pack2<Mma>(x0, x1);
+          const float2 hi = ptx::unpack2<Mma>(pa[2 * nt + rs]);
+          pa_lo[2 * nt + rs] = ptx::pack2<Mma>(x0 - hi.x, x1 - hi.y);
+        } else {
+          pa[2 * nt + rs] = ptx::pack2<Mma>(s[nt][2 * rs], s[nt][2 * rs + 1]);
+        }
       }
+    }
+
+    // O += P V over this warp's value dims.
+#pragma unroll
+    for (int round = 0; round < Tile::kValueRounds; ++round) {
+      const int chunk = (wv * VW * Tile::kBytes) / 16 + round * 8 + g;
+      uint32_t v0[4], v1[4], v8[4], v9[4];
+      lds128(v0, vst + Tile::value_chunk(wrow + 2 * c, chunk));
+      lds128(v1, vst + Tile::value_chunk(wrow + 2 * c + 1, chunk));
+      lds128(v8, vst + Tile::value_chunk(wrow + 2 * c + 8, chunk));
+      lds128(v9, vst + Tile::value_chunk(wrow + 2 * c + 9, chunk));
+#pragma unroll
+      for (int t = 0; t < E; ++t) {
+        const uint32_t b[2] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v8, v9, t)};
+        ptx::mma_16816<Mma>(acc[round * E + t], pa, b);
+        if (v_per_token) ptx::mma_16816<Mma>(acc[round * E + t], pa_lo, b);
+      }
+    }
+    __syncthreads();  // this stage is free for the loads of the next iteration
+  }
+  ptx::cp_async_wait<0>();
+  __syncthreads();
+
+  // Merge the WK warps' partial states (same rows, different keys) through shared memory, then write.
+  float* red = reinterpret_cast<float*>(ring);                 // [WK][16][VP]
+  float* red_max = red + Tile::WK * Tile::kRows * VP;          // [WK][16]
+  float* red_sum = red_max + Tile::WK * Tile::kRows;           // [WK][16]
+  float* row_scale = red_sum + Tile::WK * Tile::kRows;         // [16]
+  float* row_lse = row_scale + Tile::kRows;                    // [16]
+  float row_sum[2];
+#pragma unroll
+  for (int rs = 0; rs < 2; ++rs) row_sum[rs] = quad_sum(softmax[rs].sum);
+  if (wv == 0 && c == 0) {
+#pragma unroll
+    for (int rs = 0; rs < 2; ++rs) {
+      red_max[wk * Tile::kRows + g + 8 * rs] = softmax[rs].max2;
+      red_sum[wk * Tile::kRows + g + 8 * rs] = row_sum[rs];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int rs = 0; rs < 2; ++rs) {
+    const int r = g + 8 * rs;
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + r]);
+    // 0 for a warp that saw nothing; per-token V: times the unit P * scale was divided by.
+    float factor = exp2f(softmax[rs].max2 - (m == -INFINITY ? 0.f : m));
+    if (v_per_token) factor *= paged_detail::pow2(v_exp - 127);
+#pragma unroll
+    for (int round = 0; round < Tile::kValueRounds; ++round)
+#pragma unroll
+      for (int t = 0; t < E; ++t)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int d = Frag::value_dim(wv * VW + round * 8 * E, 2 * c + e, t);
+          red[(wk * Tile::kRows + r) * VP + Tile::reduce_col(r, d)] = acc[round * E + t][2 * rs + e] * factor;
+        }
+  }
+  if (tid < Tile::kRows) {
+    float m = -INFINITY, l = 0.f;
+#pragma unroll
+    for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + tid]);
+    const float mu = m == -INFINITY ? 0.f : m;
+#pragma unroll
+    for (int w = 0; w < Tile::WK; ++w) l += red_sum[w * Tile::kRows + tid] * exp2f(red_max[w * Tile::kRows + tid] - mu);
+    float vmul = p.v_scale_mode == CacheScale::per_tensor ? p.v_scale[0] : 1.f;
+    const int head = rows->head[tid];
+    if (p.num_splits == 1) {
+      const bool has_sink = p.sink != nullptr && head >= 0;
+      const RowResult res = finish_row(m, l, has_sink, has_sink ? p.sink[head * p.sink_stride] : 0.f);
+      row_scale[tid] = res.o_scale * vmul;
+    } else {
+      row_scale[tid] = l > 0.f ? vmul / l : 0.f;
+      row_lse[tid] = l > 0.f ? m + log2f(l) : -INFINITY;
+    }
+  }
+  __syncthreads();
+
+  // Warp w writes rows w, w + 4, ...; lane l dims l, l + 32, ...: each store is a 32-dim run of one row
+  // (coalesced), the merge-buffer reads of a run are conflict-free (reduce_col permutes dims within
+  // aligned 32s), and the row's facts are read once (no division by V per element).
+  auto merged = [&](int r, int d) {
+    float x = 0.f;
+#pragma unroll
+    for (int w = 0; w < Tile::WK; ++w) x += red[(w * Tile::kRows + r) * VP + Tile::reduce_col(r, d)];
+    return x * row_scale[r];
+  };
+  for (int r = warp; r < Tile::kRows; r += Tile::kWarps) {
+    const int head = rows->head[r];
+    if (head < 0) continue;  // the same for the whole warp
+    if (p.num_splits > 1) {
+      const int64_t row = (static_cast<int64_t>(split) * p.total_q + rows->q_row[r]) * p.HQ + head;
+      float* out = p.o_partial + row * p.V;
+      if (lane == 0) p.lse_partial[row] = row_lse[r];
+#pragma unroll
+      for (int d = lane; d < VP; d += 32)
+        if (d < p.V) out[d] = merged(r, d);
+    } else {
+      const int64_t out = rows->q_row[r] * p.o_row_stride + head * p.o_head_stride;
+#pragma unroll
+      for (int d = lane; d < VP; d += 32)
+        if (d < p.V) paged_detail::store_qo(p.o, out + d, p.qo_dtype, merged(r, d));
     }
   }
 }

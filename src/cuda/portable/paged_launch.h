@@ -32,9 +32,8 @@ struct PagedMma {
   // Resident CTAs per SM of device `device` at that pipeline depth (raises the kernel's shared memory
   // limit as needed).
   static int occupancy(int stages, int device);
-  // Work items: p.row_blocks x p.H x p.num_splits; one CTA each, or at most `resident_ctas` CTAs that take
-  // every grid-th item where the kernel loads across items (PagedTile::kAcrossItems).
-  static void launch(const ServingParams& p, int stages, int64_t resident_ctas, CUstream_st* stream);
+  // Grid: p.row_blocks x p.H x p.num_splits.
+  static void launch(const ServingParams& p, int stages, CUstream_st* stream);
 };
 
 // Every mma instantiation, for lookup by (cache kind, K, V).
@@ -43,7 +42,7 @@ struct PagedMmaEntry {
   int kp, vp;
   PagedKernelShape (*shape)();
   int (*occupancy)(int stages, int device);
-  void (*launch)(const ServingParams&, int stages, int64_t resident_ctas, CUstream_st*);
+  void (*launch)(const ServingParams&, int stages, CUstream_st*);
 };
 // The entry for a cache kind and head dims, or nullptr when none covers them.
 const PagedMmaEntry* find_paged_mma(CacheKind cache, int K, int V);

@@ -62,15 +62,13 @@ int PagedMma<C, KP, VP>::occupancy(int stages, int device) {
 }
 
 template <CacheKind C, int KP, int VP>
-void PagedMma<C, KP, VP>::launch(const ServingParams& p, int stages, int64_t resident_ctas, CUstream_st* stream) {
+void PagedMma<C, KP, VP>::launch(const ServingParams& p, int stages, CUstream_st* stream) {
   using Tile = PagedTile<C, KP, VP>;
   const int bytes = Tile::smem_bytes(stages);
   int device = 0;
   FLASHGATE_CUDA_CHECK(cudaGetDevice(&device));
   paged_detail::ensure_smem_limit(paged_mma_kernel<Tile>, bytes, device, PagedMmaState<C, KP, VP>::smem_granted);
-  const int64_t items = p.row_blocks * p.H * p.num_splits;
-  const int64_t ctas = Tile::kAcrossItems && resident_ctas > 0 && resident_ctas < items ? resident_ctas : items;
-  const dim3 grid(static_cast<unsigned>(ctas));
+  const dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.H), static_cast<unsigned>(p.num_splits));
   paged_mma_kernel<Tile><<<grid, Tile::kThreads, bytes, stream>>>(p, stages);
   FLASHGATE_CHECK_LAUNCH("paged_mma_kernel");
 }

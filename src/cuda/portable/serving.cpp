@@ -98,7 +98,6 @@ struct ServingPlan {
   const cuda::PagedMmaEntry* mma = nullptr;  // nullptr: the fp32 fallback kernel
   int stages = 2;
   int splits = 1;
-  int64_t resident_ctas = 0;  // CTAs of the kernel that fit on the device at once
   int64_t gate_floats = 0;
   bool empty = false;  // nothing to compute (no query rows)
 };
@@ -162,7 +161,6 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   plan.mma = entry;
   plan.stages = stages;
   plan.splits = choose_splits(p, in, dev, ctas_per_sm, shape.keys_per_stage);
-  plan.resident_ctas = static_cast<int64_t>(dev.sms) * ctas_per_sm;
   return plan;
 }
 
@@ -254,10 +252,8 @@ PlanInputs paged_inputs(const PagedArgs& a, const detail::PagedProblem& pr) {
 // ---- shared -------------------------------------------------------------------------------------------
 
 std::string refusal(const ServingParams& p) {
-  // The fallback's grid is one CTA per (query row, query head); the mma grid (at most one CTA per work
-  // item: row blocks x kv heads x splits, and splits > 1 only for fewer items than resident CTAs) has a
-  // 32-bit x extent too.
-  if (p.total_q * p.HQ >= (int64_t{1} << 31) || p.row_blocks * p.H >= (int64_t{1} << 31))
+  // The fallback's grid is one CTA per (query row, query head); the mma grid's x extent is 32 bits too.
+  if (p.total_q * p.HQ >= (int64_t{1} << 31) || p.row_blocks >= (int64_t{1} << 31))
     return "more than 2^31 (query row, query head) pairs";
   return "";
 }
@@ -272,7 +268,7 @@ void run_serving(ServingParams p, const PlanInputs& in, int device, const Launch
     cuda::launch_paged_simt(p, launch.stream);
     return;
   }
-  plan.mma->launch(p, plan.stages, plan.resident_ctas, launch.stream);
+  plan.mma->launch(p, plan.stages, launch.stream);
   if (plan.splits > 1) cuda::launch_paged_merge(p, launch.stream);
 }
 
