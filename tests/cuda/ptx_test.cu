@@ -158,7 +158,7 @@ TEST(Ptx, Ldmatrix) {
 // ---- cp.async with zero-fill --------------------------------------------------------------------------------
 
 // Thread t copies src_bytes = t % (W + 1) bytes of 16-byte source slot t into its W-byte shared slot (first
-// poisoned with 0xAB), then the slots go back to global memory.
+// poisoned with 0xAB), then the slots go back to global memory. W = 16 with 16 bytes takes the whole-copy form.
 template <int W>
 __global__ void cp_async_kernel(const unsigned char* src, unsigned char* out) {
   __shared__ __align__(16) unsigned char s[32 * 16];
@@ -166,7 +166,8 @@ __global__ void cp_async_kernel(const unsigned char* src, unsigned char* out) {
   for (int i = 0; i < 16; ++i) s[t * 16 + i] = 0xAB;
   __syncwarp();
   const uint32_t bytes = t % (W + 1);
-  if (W == 16) cp_async_16(s + t * 16, src + t * 16, bytes);
+  if (W == 16 && bytes == 16) cp_async_16(s + t * 16, src + t * 16);  // the whole-copy form
+  if (W == 16 && bytes < 16) cp_async_16(s + t * 16, src + t * 16, bytes);
   if (W == 8) cp_async_8(s + t * 16, src + t * 16, bytes);
   if (W == 4) cp_async_4(s + t * 16, src + t * 16, bytes);
   flashgate::ptx::cp_async_commit();

@@ -11,6 +11,7 @@
 #include "cuda/common/sequence.h"
 #include "cuda/common/tile_io.h"
 #include "cuda/common/tile_scheduler.h"
+#include "cuda/portable/tile_stream.cuh"
 #include "cuda/portable/backward_kernels.h"
 #include "cuda/portable/backward_mma.cuh"
 
@@ -165,10 +166,21 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   // Step (h, i0): query head h, rows i0 .. i0 + kBr.
   auto load_step = [&](int64_t h, int i0, int stage) {
     T* q_dst = stage_q(stage);
-    load_tile<T, kBr, kD, LD, kMmaThreads>(q_dst, a.q.row<T>(seq.batch, seq.start + i0, h), a.q.token_stride,
-                                           len - i0, a.K, p.K16, tid);
-    load_tile<T, kBr, kD, LD, kMmaThreads>(q_dst + kBr * LD, p.dout.row<T>(seq.batch, seq.start + i0, h),
-                                           p.dout.token_stride, len - i0, a.V, p.V16, tid);
+    if constexpr (kFull) {
+      // Q and dO rows as streams: a whole tile (all but a sequence's last) costs one add and one cp.async per
+      // row. (The guarded kernels keep load_tile: its fewer live values keep D64 spill-free.)
+      const TileStream<T, kBr, kD, LD, kMmaThreads, true> q_rows(a.q.row<T>(seq.batch, seq.start, h),
+                                                                 a.q.token_stride, a.K, p.K16, tid);
+      const TileStream<T, kBr, kD, LD, kMmaThreads, true> do_rows(p.dout.row<T>(seq.batch, seq.start, h),
+                                                                  p.dout.token_stride, a.V, p.V16, tid);
+      q_rows.load(q_dst, i0, len - i0);
+      do_rows.load(q_dst + kBr * LD, i0, len - i0);
+    } else {
+      load_tile<T, kBr, kD, LD, kMmaThreads>(q_dst, a.q.row<T>(seq.batch, seq.start + i0, h), a.q.token_stride,
+                                             len - i0, a.K, p.K16, tid);
+      load_tile<T, kBr, kD, LD, kMmaThreads>(q_dst + kBr * LD, p.dout.row<T>(seq.batch, seq.start + i0, h),
+                                             p.dout.token_stride, len - i0, a.V, p.V16, tid);
+    }
     // Terms: lse[kBr] | D[kBr] | Gc of the rows [kBr] | Gc of the key columns [kBc]; zero past len.
     const int64_t base = p.row_index(seq.batch, h, seq.start);
     const float* gc = has_gate ? a.gc_row(seq.batch, h) + seq.start : nullptr;
@@ -276,7 +288,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         zero(acc);
         gemm_ab<T, MQ, QCH / 8, kBc, !kFull>(acc, op().ds_rows, LDP, op().k_trans + tile_offset<T>(0, ch * QCH, LD),
                                              LD, n0, K16);
-        atomic_add_fragment<MQ, QCH / 8, !kFull>(p.dq_acc, base + i0 + q_m0, n0, K16, acc, i0 + q_m0, len, lane);
+        atomic_add_fragment<MQ, QCH / 8, !kFull, C::kDqRedWidth>(p.dq_acc, base + i0 + q_m0, n0, K16, acc, i0 + q_m0, len, lane);
       }
     }
 

@@ -323,33 +323,61 @@ __device__ __forceinline__ void store_fragment_global(RowPtr row_ptr, const floa
 
 // acc[row.., col..] += a warp's MT x NT fp32 accumulator fragments with unordered atomics: `stride` floats
 // per row (the row length, so n8 tiles at or past it are skipped when kGuardCols); the fragment rows are the
-// sequence positions pos.., those at or past len skipped. sm_90+: lanes c, c^1 swap half fragments so that
-// each lane holds 4 consecutive columns of one row (even c: row g, odd c: row g + 8) and sends one 16-byte
-// vector atomic per n8 tile, all at immediate offsets from one address: half the RED instructions of 8-byte
-// pairs and no per-row address arithmetic whose registers wait for the queued REDs (acc 16-byte aligned).
+// sequence positions pos.., those at or past len skipped. sm_90+, all at offsets from one address
+// (immediates where the stride is a compile-time head dim), kWidth floats per atomic (TileConfig::kDqRedWidth):
+//   2: one 8-byte vector atomic per value pair as the fragment holds it (consecutive registers: no exchange
+//      or moves); whole row blocks take an unpredicated run.
+//   4: lanes c, c^1 swap half fragments so that each lane holds 4 consecutive columns of one row (even c:
+//      row g, odd c: row g + 8) and sends one 16-byte atomic per n8 tile: half the atomics for 16 shuffles
+//      and the moves into vector registers.
 // sm_80: two scalar atomics per value pair.
-template <int MT, int NT, bool kGuardCols>
+template <int MT, int NT, bool kGuardCols, int kWidth>
 __device__ __forceinline__ void atomic_add_fragment(float* acc, int64_t row, int col, int stride,
                                                     const float (&x)[MT][NT][4], int pos, int len, int lane) {
   const int g = lane / 4, c = lane % 4;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const bool odd = c & 1;
-  const int r = g + (odd ? 8 : 0);
-  float* at = acc + (row + r) * stride + col + 4 * (c / 2);
+  static_assert(kWidth == 2 || kWidth == 4, "8- or 16-byte atomics");
+  if constexpr (kWidth == 2) {
+    float* at = acc + (row + g) * stride + col + 2 * c;  // row g, column pair c
+    if (!kGuardCols && pos + MT * 16 <= len) {
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    float4 q[NT];  // the tile row's exchanges first, then its reductions as one predicated run
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const float* v = x[mt][nt];
-      const float r0 = __shfl_xor_sync(0xffffffffu, odd ? v[0] : v[2], 1);  // the partner's half of my row
-      const float r1 = __shfl_xor_sync(0xffffffffu, odd ? v[1] : v[3], 1);
-      q[nt] = odd ? make_float4(r0, r1, v[2], v[3]) : make_float4(v[0], v[1], r0, r1);
+        for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            ptx::red_add_v2_f32(at + (mt * 16 + 8 * hi) * stride + nt * 8, x[mt][nt][2 * hi], x[mt][nt][2 * hi + 1]);
+      return;
     }
-    const bool row_ok = pos + mt * 16 + r < len;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-      ptx::red_add_v4_f32(at + mt * 16 * stride + nt * 8, q[nt], row_ok && (!kGuardCols || col + nt * 8 < stride));
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        const bool row_ok = pos + mt * 16 + 8 * hi + g < len;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          ptx::red_add_v2_f32(at + (mt * 16 + 8 * hi) * stride + nt * 8, x[mt][nt][2 * hi], x[mt][nt][2 * hi + 1],
+                              row_ok && (!kGuardCols || col + nt * 8 < stride));
+      }
+  } else {
+    const bool odd = c & 1;
+    const int r = g + (odd ? 8 : 0);
+    float* at = acc + (row + r) * stride + col + 4 * (c / 2);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      float4 q[NT];  // the tile row's exchanges first, then its reductions as one predicated run
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float* v = x[mt][nt];
+        const float r0 = __shfl_xor_sync(0xffffffffu, odd ? v[0] : v[2], 1);  // the partner's half of my row
+        const float r1 = __shfl_xor_sync(0xffffffffu, odd ? v[1] : v[3], 1);
+        q[nt] = odd ? make_float4(r0, r1, v[2], v[3]) : make_float4(v[0], v[1], r0, r1);
+      }
+      const bool row_ok = pos + mt * 16 + r < len;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        ptx::red_add_v4_f32(at + mt * 16 * stride + nt * 8, q[nt], row_ok && (!kGuardCols || col + nt * 8 < stride));
+    }
   }
 #else
   float* out = acc + (row + g) * stride + col + 2 * c;  // row g, column pair c

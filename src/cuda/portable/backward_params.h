@@ -65,6 +65,10 @@ inline constexpr bool kSm8xDevicePass = false;
 //                           column passes next to dP (registers: with 128-row steps D64 needs 4 to stay
 //                           spill-free). These and kDqChunk only shape the dK/dV kernel's registers, so
 //                           they may differ per arch (kSm8xDevicePass);
+//                           kDqRedWidth: floats per dQ atomic on sm_90 (atomic_add_fragment): 2 at D128
+//                           (+3% on the H200 against 4, fewer instructions), 4 at D64/D256 where the
+//                           twice as many 8-byte atomics queued behind each other (1-2% slower, ncu: REDG
+//                           "lg" stalls at D256);
 //   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns;
 //                           kMinBlocksDq CTAs per SM (2 fit in 128 registers without spills at D64/D128).
 template <int kD>
@@ -76,6 +80,7 @@ struct TileConfig<64> {
   // sm_8x: one n8 column of S per pass (the sum variant spilled 4 / 12 B with two, -Xptxas -v, round 9).
   static constexpr int kScorePasses = kSm8xDevicePass ? 8 : 4, kScorePassesRowSums = kScorePasses;
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 64, kMinBlocksDq = 2;
+  static constexpr int kDqRedWidth = 4;
 };
 template <>
 struct TileConfig<128> {
@@ -84,6 +89,7 @@ struct TileConfig<128> {
   // sm_8x sum variant: 4 passes (2 spilled 28 B guarded; 4 for both variants spills the plain kFull 44 B).
   static constexpr int kScorePasses = 2, kScorePassesRowSums = kSm8xDevicePass ? 4 : 2;
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 128, kMinBlocksDq = 2;
+  static constexpr int kDqRedWidth = 2;
 };
 template <>
 struct TileConfig<256> {
@@ -92,12 +98,14 @@ struct TileConfig<256> {
   // sm_8x: 16-column dQ chunks and 4 S passes (kFull spilled 36 B plain, 32 B with sums, LDL in the loop).
   static constexpr int kScorePasses = kSm8xDevicePass ? 4 : 2, kScorePassesRowSums = kScorePasses;
   static constexpr int kQueryRows = 64, kKeyCols = 32, kSliceQ = 256, kMinBlocksDq = 1;
+  static constexpr int kDqRedWidth = 4;
 };
 template <>
 struct TileConfig<512> {
   static constexpr int kBc = 32, kBr = 32, kSliceKV = 256, kScoreWarpRows = 2, kKvWarpRows = 2, kDqWarpRows = 2,
                        kDqChunk = 64, kScorePasses = 1, kScorePassesRowSums = 1;
   static constexpr int kQueryRows = 32, kKeyCols = 32, kSliceQ = 512, kMinBlocksDq = 1;
+  static constexpr int kDqRedWidth = 4;
 };
 
 constexpr int kMmaThreads = 256;

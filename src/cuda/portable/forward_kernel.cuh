@@ -20,7 +20,7 @@
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/visibility.h"
 #include "cuda/portable/forward_config.h"
-#include "cuda/portable/forward_tile_stream.cuh"
+#include "cuda/portable/tile_stream.cuh"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/ldmatrix.h"

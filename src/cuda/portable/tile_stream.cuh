@@ -1,9 +1,10 @@
-// Key and value tiles streamed into shared memory by the forward's main loop (cp.async, 16-byte chunks).
-// Each thread owns one column chunk of every kRowStep-th row for the whole loop, so a tile whose rows are
-// all real keys (every tile but the sequence's last) costs one 64-bit add and one cp.async per row; only a
-// tile that reaches past the sequence tests its rows. The generic load_tile (tile_io.h) re-derives the
-// column, the byte count and a clamped pointer for every row: about 13 instructions per row, more than
-// a third of the main loop's non-MMA instructions at D128.
+// Row tiles streamed into shared memory by a main loop (cp.async, 16-byte chunks): the forward's keys and
+// values, the backward's queries and output gradients. Each thread owns one column chunk of every
+// kRowStep-th row for the whole loop, so a tile whose rows all exist (every tile but the sequence's last)
+// costs one 64-bit add and one cp.async per row, without the zero-fill operand where the thread's chunk is
+// whole; only a tile that reaches past the sequence tests its rows. The generic load_tile (tile_io.h)
+// re-derives the column, the byte count and a clamped pointer for every row: about 13 instructions per row,
+// more than a third of the forward's non-MMA main-loop instructions at D128, ~0.5 per MMA in the backward.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,9 @@
 
 namespace flashgate::cuda {
 
-template <class T, int ROWS, int COLS, int SMEM_STRIDE, int THREADS>
+// kWholeCopies: whole chunks of whole tiles take the cp.async form without the zero-fill operand (fewer
+// instructions, but one more code path: the forward's D128 kernel spilled 8 B with it, so it keeps one path).
+template <class T, int ROWS, int COLS, int SMEM_STRIDE, int THREADS, bool kWholeCopies = false>
 class TileStream {
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(T));
   static constexpr int kChunksPerRow = COLS / kChunkElems;
@@ -40,7 +43,10 @@ class TileStream {
     T* const dst = smem + dst_;
     const T* src = chunk_ + r0 * row_stride_ + row0_ * row_stride_;
     const int64_t step = kRowStep * row_stride_;
-    if (valid_rows >= ROWS) {
+    if (kWholeCopies && valid_rows >= ROWS && bytes_ == 16) {
+#pragma unroll
+      for (int it = 0; it < ROWS / kRowStep; ++it) ptx::cp_async_16(dst + it * kRowStep * SMEM_STRIDE, src + it * step);
+    } else if (valid_rows >= ROWS) {
 #pragma unroll
       for (int it = 0; it < ROWS / kRowStep; ++it)
         ptx::cp_async_16(dst + it * kRowStep * SMEM_STRIDE, src + it * step, bytes_);
