@@ -96,7 +96,9 @@ struct TileConfig<256> {
   static constexpr int kBc = 64, kBr = 64, kSliceKV = 256, kScoreWarpRows = 4, kKvWarpRows = 2, kDqWarpRows = 2,
                        kDqChunk = kSm8xDevicePass ? 16 : 32;
   // sm_8x: 16-column dQ chunks and 4 S passes (kFull spilled 36 B plain, 32 B with sums, LDL in the loop).
-  static constexpr int kScorePasses = kSm8xDevicePass ? 4 : 2, kScorePassesRowSums = kScorePasses;
+  // sm_90 without row sums: S in one pass (16 ldmatrix per warp and step fewer than two passes, which fetch
+  // Q's fragment twice; spill-free at 253 registers); with row sums two (their registers).
+  static constexpr int kScorePasses = kSm8xDevicePass ? 4 : 1, kScorePassesRowSums = kSm8xDevicePass ? 4 : 2;
   static constexpr int kQueryRows = 64, kKeyCols = 32, kSliceQ = 256, kMinBlocksDq = 1;
   static constexpr int kDqRedWidth = 4;
 };
