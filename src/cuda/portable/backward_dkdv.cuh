@@ -57,6 +57,17 @@ __device__ constexpr bool cta_ldsm_addresses() {
   return !kRowSums;
 }
 
+// threadIdx.x through an opaque move: under register pressure ptxas re-reads %tid.x (S2R) inside the step
+// loop to rebuild per-thread offsets, and the IMADs after that long-latency read stalled ~6% of the D128
+// kernel's samples (ncu, v8). An asm result cannot be re-derived from %tid.x, so the value stays in a register.
+// sm_90 only: on sm_80 the held register spilled D256 (44 B), and the H200 is where the stall was measured.
+__device__ __forceinline__ int held_thread_index() {
+  if constexpr (kSm8xDevicePass) return static_cast<int>(threadIdx.x);
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+
 // kFull: the head dims fill the bucket (K16 == V16 == kD), so every GEMM runs over compile-time bounds
 // without column guards (straight-line code the compiler can software-pipeline); otherwise the run-time
 // K16 / V16 bound the columns.
@@ -96,7 +107,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const AttentionParams& a = p.a;
   const bool has_gate = kRowSums && a.has_gate;
   const int K16 = kFull ? kD : p.K16, V16 = kFull ? kD : p.V16;
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
+  const int tid = held_thread_index(), lane = tid % 32, warp = tid / 32, g = lane / 4, c = lane % 4;
 
   // blockIdx.x = ((tile * H + hk) * head_parts + part) * slices + slice
   int64_t x = blockIdx.x;
