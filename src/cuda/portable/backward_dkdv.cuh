@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     // dP, then S in kPasses column passes (TileConfig), each turned into P (stored) and dS at once: a pass's S
     // accumulators are all that is live next to dP's, which keeps the wide buckets within 255 registers.
     float dp[MS][NT][4];
-    gemm_abt<T, MS, NT, kFull ? kD / 16 : 0>(dp, op().q_rows + kToDo, op().k_rows + kToV, LD, V16 / 16);
+    gemm_abt<T, MS, NT, kFull ? kD / 16 : 0, true>(dp, op().q_rows + kToDo, op().k_rows + kToV, LD, V16 / 16);
     const RowTerms<MS> rt = row_terms_of<MS, kBr>(terms, has_gate, s_m0 + g, i0 + s_m0 + g, len);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
     RowSums<MS> sums;
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     for (int pass = 0; pass < kPasses; ++pass) {
       const int n0 = s_n0 + pass * NPS * 8;
       float s[MS][NPS][4];
-      gemm_abt<T, MS, NPS, kFull ? kD / 16 : 0>(s, op().q_rows, op().k_rows + tile_offset<T>(pass * NPS * 8, 0, LD),
+      gemm_abt<T, MS, NPS, kFull ? kD / 16 : 0, C::kPeelScorePasses && !kRowSums>(s, op().q_rows, op().k_rows + tile_offset<T>(pass * NPS * 8, 0, LD),
                                                 LD, K16 / 16);
       float col_terms[NPS][2];
       col_terms_of(col_terms, terms + 3 * kBr, has_gate, n0 + 2 * c);

@@ -102,7 +102,7 @@ __device__ __forceinline__ void zero(float (&x)[M][N][4]) {
 // acc (MT*16 x NT*8) = A * B^T over k_steps * 16 columns: A row-major [m][k] at `a` (ldsm_a), B row-major
 // [n][k] at `b` (ldsm_b) (S = Q K^T, dP = dO V^T). kSteps > 0: k_steps is that compile-time count, unrolled
 // by two; 0: a run-time loop, one k-step at a time.
-template <class T, int MT, int NT, int kSteps, class Addr>
+template <class T, int MT, int NT, int kSteps, bool kPeelFirst = false, class Addr>
 __device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], Addr a, Addr b, int stride, int k_steps) {
   auto k_step = [&](int kk) {
     uint32_t af[MT][4];
@@ -124,8 +124,11 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], Addr a, Addr b
   };
   zero(acc);
   if constexpr (kSteps > 0) {
+    // kPeelFirst: the first k-step outside the loop, so that its MMAs take a zero C operand instead of
+    // registers zeroed first (CS2R); it costs registers (TileConfig::kPeelFirstKStep says where it fits).
+    if constexpr (kPeelFirst) k_step(0);
 #pragma unroll 2
-    for (int kk = 0; kk < kSteps; ++kk) k_step(kk);
+    for (int kk = kPeelFirst ? 1 : 0; kk < kSteps; ++kk) k_step(kk);
   } else {
 #pragma unroll 1
     for (int kk = 0; kk < k_steps; ++kk) k_step(kk);

@@ -69,6 +69,9 @@ inline constexpr bool kSm8xDevicePass = false;
 //                           (+3% on the H200 against 4, fewer instructions), 4 at D64/D256 where the
 //                           twice as many 8-byte atomics queued behind each other (1-2% slower, ncu: REDG
 //                           "lg" stalls at D256);
+//                           kPeelScorePasses: the S passes' first k-step outside their loop (zero C
+//                           operand instead of zeroed registers) without row sums (with them D64 spilled
+//                           32 B); dP's always is;
 //   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns;
 //                           kMinBlocksDq CTAs per SM (2 fit in 128 registers without spills at D64/D128).
 template <int kD>
@@ -81,6 +84,7 @@ struct TileConfig<64> {
   static constexpr int kScorePasses = kSm8xDevicePass ? 8 : 4, kScorePassesRowSums = kScorePasses;
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 64, kMinBlocksDq = 2;
   static constexpr int kDqRedWidth = 4;
+  static constexpr bool kPeelScorePasses = true;
 };
 template <>
 struct TileConfig<128> {
@@ -90,6 +94,7 @@ struct TileConfig<128> {
   static constexpr int kScorePasses = 2, kScorePassesRowSums = kSm8xDevicePass ? 4 : 2;
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 128, kMinBlocksDq = 2;
   static constexpr int kDqRedWidth = 2;
+  static constexpr bool kPeelScorePasses = false;  // peeled S passes spilled the plain kFull kernel 56 B
 };
 template <>
 struct TileConfig<256> {
@@ -101,6 +106,7 @@ struct TileConfig<256> {
   static constexpr int kScorePasses = kSm8xDevicePass ? 4 : 1, kScorePassesRowSums = kSm8xDevicePass ? 4 : 2;
   static constexpr int kQueryRows = 64, kKeyCols = 32, kSliceQ = 256, kMinBlocksDq = 1;
   static constexpr int kDqRedWidth = 4;
+  static constexpr bool kPeelScorePasses = true;
 };
 template <>
 struct TileConfig<512> {
@@ -108,6 +114,7 @@ struct TileConfig<512> {
                        kDqChunk = 64, kScorePasses = 1, kScorePassesRowSums = 1;
   static constexpr int kQueryRows = 32, kKeyCols = 32, kSliceQ = 512, kMinBlocksDq = 1;
   static constexpr int kDqRedWidth = 4;
+  static constexpr bool kPeelScorePasses = true;
 };
 
 constexpr int kMmaThreads = 256;
