@@ -14,7 +14,8 @@
 namespace flashgate::cuda {
 
 // kWholeCopies: whole chunks of whole tiles take the cp.async form without the zero-fill operand (fewer
-// instructions, but one more code path: the forward's D128 kernel spilled 8 B with it, so it keeps one path).
+// instructions, one more code path). The backward's whole-tile kernels use it; the forward does not yet
+// (not measured with it on the H200).
 template <class T, int ROWS, int COLS, int SMEM_STRIDE, int THREADS, bool kWholeCopies = false>
 class TileStream {
   static constexpr int kChunkElems = 16 / static_cast<int>(sizeof(T));
