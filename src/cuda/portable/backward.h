@@ -11,8 +11,10 @@
 //                                hidden tiles are never touched). Per query tile it recomputes S = QK^T,
 //                                P = exp(s - lse), dP = dO V^T, dS = P (dP - D), accumulates dV += P^T dO and
 //                                dK += dS^T Q in registers, and (default mode) adds dQ += dS K into an fp32
-//                                workspace with atomics, and E[i] = sum_j P dP and mass[i] = sum_j P into
-//                                fp32 row buffers. Step shapes follow FlashAttention-2 (128 keys x 128 rows
+//                                workspace with vector atomics (8- or 16-byte, TileConfig::kDqRedWidth), and
+//                                with a gate or a sink only (the kRowSums variant) E[i] = sum_j P dP and
+//                                mass[i] = sum_j P into fp32 row buffers. Q/dO tiles stream in through
+//                                TileStream. Step shapes follow FlashAttention-2 (128 keys x 128 rows
 //                                at D64, 128 x 64 at D128, 64 x 64 at D256; TileConfig in backward_params.h)
 //                                with 32-row warp tiles; the step's lse/D/Gc terms ride in shared memory with
 //                                Q/dO so the dK/dV accumulators and S/dP fit 255 registers.
