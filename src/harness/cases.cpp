@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/host_dtype.h"
+#include "cpu/parallel.h"
 #include "flashgate/error.h"
 
 namespace flashgate::harness {
@@ -305,8 +306,6 @@ PagedCase PagedCase::random(const PagedConfig& cfg, Rng& rng) {
   c.o = OwnedTensor(cfg.dtype, {cfg.total_q(), cfg.heads, cfg.v_dim});
 
   // Real-valued K/V per slot with per-(token, head) magnitudes; quantised to fp8 when asked.
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
   const DType cache_dtype = cfg.fp8 ? DType::e4m3 : cfg.dtype;
   const bool per_token = cfg.fp8 && cfg.scale_mode == detail::ScaleMode::per_token;
   const bool per_tensor = cfg.fp8 && cfg.scale_mode == detail::ScaleMode::per_tensor;
@@ -321,16 +320,27 @@ PagedCase PagedCase::random(const PagedConfig& cfg, Rng& rng) {
     cache = OwnedTensor(cache_dtype, {NB, BS, H, D});
     std::vector<double> real(static_cast<size_t>(NB * BS * H * D), 0.0);
     std::vector<double> tok_amax(static_cast<size_t>(NB * BS * H), 0.0);
-    double amax = 0;
-    for (int64_t i = 0; i < NB * BS * H; ++i) {
-      const double mag = std::exp(-std::log(cfg.token_spread) * unit(rng));
-      for (int64_t d = 0; d < D; ++d) {
-        const double x = normal(rng) * mag;
-        real[i * D + d] = x;
-        tok_amax[i] = std::max(tok_amax[i], std::fabs(x));
+    // Slots in chunks on the CPU worker threads, each chunk with its own engine seeded from (one draw of
+    // rng, chunk): the values depend on the seed alone (as the tensor fills, owned_tensor.cpp).
+    constexpr int64_t kSlotsPerChunk = 4096;
+    const int64_t slots = NB * BS * H, chunks = (slots + kSlotsPerChunk - 1) / kSlotsPerChunk;
+    const uint64_t base = rng();
+    std::vector<double> chunk_amax(static_cast<size_t>(chunks), 0.0);
+    cpu::parallel_for(chunks, [&](int64_t ch) {
+      Rng engine(base ^ (static_cast<uint64_t>(ch) * 0x9E3779B97F4A7C15ull));
+      std::normal_distribution<double> normal(0.0, 1.0);
+      std::uniform_real_distribution<double> unit(0.0, 1.0);
+      for (int64_t i = ch * kSlotsPerChunk; i < std::min(slots, (ch + 1) * kSlotsPerChunk); ++i) {
+        const double mag = std::exp(-std::log(cfg.token_spread) * unit(engine));
+        for (int64_t d = 0; d < D; ++d) {
+          const double x = normal(engine) * mag;
+          real[i * D + d] = x;
+          tok_amax[i] = std::max(tok_amax[i], std::fabs(x));
+        }
+        chunk_amax[ch] = std::max(chunk_amax[ch], tok_amax[i]);
       }
-      amax = std::max(amax, tok_amax[i]);
-    }
+    });
+    const double amax = chunks ? *std::max_element(chunk_amax.begin(), chunk_amax.end()) : 0.0;
     std::vector<double> scale_vals;
     if (per_token) {  // scales are laid out [NB, H, BS]; cache slots [NB, BS, H]
       scale_vals.assign(static_cast<size_t>(NB * H * BS), 1.0);

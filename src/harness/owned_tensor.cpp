@@ -1,11 +1,13 @@
 #include "harness/owned_tensor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "api/device_runtime.h"
+#include "cpu/parallel.h"
 #include "common/host_dtype.h"
 #include "flashgate/error.h"
 
@@ -47,12 +49,16 @@ size_t span_bytes(const Tensor& t) {
   return static_cast<size_t>(last + 1) * dtype_size(t.dtype);
 }
 
-// Calls f(logical_index, element_offset) for every element.
+// Calls f(logical_index, element_offset) for the elements [begin, end) in logical (row-major) order.
 template <class F>
-void for_each_element(const Tensor& t, F&& f) {
-  const int64_t n = t.numel();
+void for_each_element_in(const Tensor& t, int64_t begin, int64_t end, F&& f) {
+  if (begin >= end) return;
   int64_t idx[kMaxRank] = {0, 0, 0, 0};
-  for (int64_t e = 0; e < n; ++e) {
+  for (int64_t a = t.rank - 1, rest = begin; a >= 0; --a) {  // begin's multi-index
+    idx[a] = rest % t.shape[a];
+    rest /= t.shape[a];
+  }
+  for (int64_t e = begin; e < end; ++e) {
     int64_t off = 0;
     for (int a = 0; a < t.rank; ++a) off += idx[a] * t.stride[a];
     f(e, off);
@@ -61,6 +67,35 @@ void for_each_element(const Tensor& t, F&& f) {
       idx[a] = 0;
     }
   }
+}
+
+// Element chunks that the CPU worker threads take one at a time (large tensors: 2^31 elements in tests).
+constexpr int64_t kFillChunk = int64_t{1} << 20;
+
+// Calls f(logical_index, element_offset) for every element, chunks of them in parallel (f must only touch
+// its own element).
+template <class F>
+void for_each_element(const Tensor& t, F&& f) {
+  const int64_t n = t.numel();
+  cpu::parallel_for((n + kFillChunk - 1) / kFillChunk,
+                    [&](int64_t c) { for_each_element_in(t, c * kFillChunk, std::min(n, (c + 1) * kFillChunk), f); });
+}
+
+// Random fills, chunk by chunk as above: chunk c draws from its own engine seeded from (one draw of the
+// caller's rng, c), so the values depend on the seed alone (not on the thread count) and go straight into
+// the tensor. (One engine and a numel-sized staging vector took ~1 min and 16 GB per 2^31-element tensor.)
+
+template <class Draw>
+void fill_random(const Tensor& t, Rng& rng, Draw draw) {
+  if (t.device != Device::cpu) throw Error(ErrorKind::invalid_argument, "tensor", "harness: fills need a host tensor");
+  const uint64_t base = rng();
+  const int64_t n = t.numel();
+  cpu::parallel_for((n + kFillChunk - 1) / kFillChunk, [&](int64_t c) {
+    Rng engine(base ^ (static_cast<uint64_t>(c) * 0x9E3779B97F4A7C15ull));
+    auto next = draw();  // a fresh distribution per chunk
+    for_each_element_in(t, c * kFillChunk, std::min(n, (c + 1) * kFillChunk),
+                        [&](int64_t, int64_t off) { host::store(t.data, t.dtype, off, next(engine)); });
+  });
 }
 
 void memcpy_any(void* dst, Device dd, const void* src, Device sd, size_t bytes) {
@@ -93,27 +128,23 @@ OwnedTensor::OwnedTensor(DType dtype, std::vector<int64_t> shape, Device device,
 }
 
 void OwnedTensor::fill_normal(Rng& rng, double mean, double stddev) {
-  std::normal_distribution<double> d(mean, stddev);
-  std::vector<double> v(static_cast<size_t>(numel()));
-  for (double& x : v) x = d(rng);
-  set_values(v);
+  fill_random(view_, rng, [&] {
+    return [d = std::normal_distribution<double>(mean, stddev)](Rng& e) mutable { return d(e); };
+  });
 }
 
 void OwnedTensor::fill_uniform(Rng& rng, double lo, double hi) {
-  std::uniform_real_distribution<double> d(lo, hi);
-  std::vector<double> v(static_cast<size_t>(numel()));
-  for (double& x : v) x = d(rng);
-  set_values(v);
+  fill_random(view_, rng, [&] {
+    return [d = std::uniform_real_distribution<double>(lo, hi)](Rng& e) mutable { return d(e); };
+  });
 }
 
 void OwnedTensor::fill_log_sigmoid_normal(Rng& rng) {
-  std::normal_distribution<double> d(0.0, 1.0);
-  std::vector<double> v(static_cast<size_t>(numel()));
-  for (double& x : v) {
-    const double z = d(rng);
-    x = -std::log1p(std::exp(-z));  // log(sigmoid(z))
-  }
-  set_values(v);
+  fill_random(view_, rng, [] {
+    return [d = std::normal_distribution<double>(0.0, 1.0)](Rng& e) mutable {
+      return -std::log1p(std::exp(-d(e)));  // log(sigmoid(z))
+    };
+  });
 }
 
 void OwnedTensor::fill(double value) { set_values(std::vector<double>(static_cast<size_t>(numel()), value)); }
