@@ -32,6 +32,7 @@ struct DeviceFacts {
   int sms = 1;
   int smem_per_sm = 0;
   int smem_per_block_optin = 0;
+  int major = 0;  // compute capability
 };
 
 DeviceFacts device_facts(int device) {
@@ -46,6 +47,7 @@ DeviceFacts device_facts(int device) {
     FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&f.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     FLASHGATE_CUDA_CHECK(
         cudaDeviceGetAttribute(&f.smem_per_block_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, device));
     cache[slot] = f;
     known[slot] = true;
   }
@@ -97,6 +99,7 @@ struct ServingPlan {
   const cuda::PagedMmaEntry* mma = nullptr;  // nullptr: the fp32 fallback kernel
   int stages = 2;
   int splits = 1;
+  bool dependent_merge = false;  // launch the split merge as a programmatic dependent (sm_90+)
   int64_t gate_floats = 0;
   bool empty = false;  // nothing to compute (no query rows)
 };
@@ -151,6 +154,7 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   plan.mma = entry;
   plan.stages = stages;
   plan.splits = choose_splits(p, in, dev, ctas_per_sm, shape.keys_per_stage);
+  plan.dependent_merge = dev.major >= 9;
   return plan;
 }
 
@@ -259,7 +263,7 @@ void run_serving(ServingParams p, const PlanInputs& in, int device, const Launch
     return;
   }
   plan.mma->launch(p, plan.stages, launch.stream);
-  if (plan.splits > 1) cuda::launch_paged_merge(p, launch.stream);
+  if (plan.splits > 1) cuda::launch_paged_merge(p, plan.dependent_merge, launch.stream);
 }
 
 size_t serving_workspace(ServingParams p, const PlanInputs& in, int device) {
