@@ -320,14 +320,14 @@ PagedCase PagedCase::random(const PagedConfig& cfg, Rng& rng) {
     cache = OwnedTensor(cache_dtype, {NB, BS, H, D});
     std::vector<double> real(static_cast<size_t>(NB * BS * H * D), 0.0);
     std::vector<double> tok_amax(static_cast<size_t>(NB * BS * H), 0.0);
-    // Slots in chunks on the CPU worker threads, each chunk with its own engine seeded from (one draw of
-    // rng, chunk): the values depend on the seed alone (as the tensor fills, owned_tensor.cpp).
+    // Slots in chunks on the CPU worker threads, each with its own chunk_engine (values depend on the seed
+    // alone, as for the tensor fills).
     constexpr int64_t kSlotsPerChunk = 4096;
     const int64_t slots = NB * BS * H, chunks = (slots + kSlotsPerChunk - 1) / kSlotsPerChunk;
     const uint64_t base = rng();
     std::vector<double> chunk_amax(static_cast<size_t>(chunks), 0.0);
     cpu::parallel_for(chunks, [&](int64_t ch) {
-      Rng engine(base ^ (static_cast<uint64_t>(ch) * 0x9E3779B97F4A7C15ull));
+      Rng engine = chunk_engine(base, ch);
       std::normal_distribution<double> normal(0.0, 1.0);
       std::uniform_real_distribution<double> unit(0.0, 1.0);
       for (int64_t i = ch * kSlotsPerChunk; i < std::min(slots, (ch + 1) * kSlotsPerChunk); ++i) {

@@ -84,14 +84,13 @@ void for_each_element(const Tensor& t, F&& f) {
 // Random fills, chunk by chunk as above: chunk c draws from its own engine seeded from (one draw of the
 // caller's rng, c), so the values depend on the seed alone (not on the thread count) and go straight into
 // the tensor. (One engine and a numel-sized staging vector took ~1 min and 16 GB per 2^31-element tensor.)
-
 template <class Draw>
 void fill_random(const Tensor& t, Rng& rng, Draw draw) {
   if (t.device != Device::cpu) throw Error(ErrorKind::invalid_argument, "tensor", "harness: fills need a host tensor");
   const uint64_t base = rng();
   const int64_t n = t.numel();
   cpu::parallel_for((n + kFillChunk - 1) / kFillChunk, [&](int64_t c) {
-    Rng engine(base ^ (static_cast<uint64_t>(c) * 0x9E3779B97F4A7C15ull));
+    Rng engine = chunk_engine(base, c);
     auto next = draw();  // a fresh distribution per chunk
     for_each_element_in(t, c * kFillChunk, std::min(n, (c + 1) * kFillChunk),
                         [&](int64_t, int64_t off) { host::store(t.data, t.dtype, off, next(engine)); });

@@ -14,6 +14,12 @@ namespace flashgate::harness {
 
 using Rng = std::mt19937_64;
 
+// The engine of chunk `chunk` of a parallel random fill whose caller drew `base` from its own rng: chunks
+// draw independently, so the values depend on the seed alone, not on the thread count.
+inline Rng chunk_engine(uint64_t base, int64_t chunk) {
+  return Rng(base ^ (static_cast<uint64_t>(chunk) * 0x9E3779B97F4A7C15ull));
+}
+
 // A seed that differs run to run (fresh inputs), or FLASHGATE_SEED when set (to reproduce a failure).
 uint64_t fresh_seed();
 
