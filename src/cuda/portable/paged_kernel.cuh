@@ -36,6 +36,7 @@
 #include "cuda/portable/paged_params.h"
 #include "cuda/portable/paged_work.cuh"
 #include "cuda/ptx/cp_async.h"
+#include "cuda/ptx/grid_dependency.h"
 #include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/mma.h"
 
@@ -229,6 +230,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   static_assert(sizeof(paged_detail::SharedRows) <= Tile::kRowInfoBytes, "row facts must fit their slot");
   constexpr int E = Tile::E, KS = Tile::KS, VP = Tile::VP, VW = Tile::VW;
   constexpr bool kFp8 = Tile::Traits::kFp8;
+  ptx::launch_dependents();  // the split merge may start its CTAs now (it waits for this grid's partials)
 
   extern __shared__ __align__(128) unsigned char smem[];
   auto* rows = reinterpret_cast<paged_detail::SharedRows*>(smem);

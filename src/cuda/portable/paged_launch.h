@@ -50,8 +50,9 @@ const PagedMmaEntry* find_paged_mma(CacheKind cache, int K, int V);
 // The fp32 fallback (any dtype, any alignment, no split): one CTA per (query row, query head).
 void launch_paged_simt(const ServingParams& p, CUstream_st* stream);
 
-// Combines p.num_splits partials per (query row, query head) into o, with the sink.
-void launch_paged_merge(const ServingParams& p, CUstream_st* stream);
+// Combines p.num_splits partials per (query row, query head) into o, with the sink. `dependent`: launched as
+// a programmatic dependent of the split kernel (sm_90+), so its start overlaps that kernel's tail.
+void launch_paged_merge(const ServingParams& p, bool dependent, CUstream_st* stream);
 
 // decode's gate: out[h * T + t] = log2(e) * mul * (g[t+1, h] + ... + g[end-1, h]) within t's sequence
 // (the gate term Gc[L-1] - Gc[t] of SPEC §5, summed from the end so near keys keep full precision).

@@ -6,6 +6,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/serving_merge.cuh"
 #include "cuda/portable/paged_launch.h"
+#include "cuda/ptx/grid_dependency.h"
 
 namespace flashgate::cuda {
 namespace {
@@ -26,6 +27,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_merge_kernel(const ServingP
   const bool has_sink = p.sink != nullptr;
   const float sink = has_sink ? p.sink[head * p.sink_stride] : 0.f;
   const int64_t out = q_row * p.o_row_stride + head * p.o_head_stride;
+  ptx::grid_dependency_wait();  // the split kernel's partials (this grid may start during its last CTAs)
   merge_split_row(p.lse_partial + row, rows, p.o_partial + row * p.V, rows * p.V, p.num_splits, dim_begin,
                   min(dim_begin + 32, p.V), has_sink, sink, weights[warp], [&](int d, float x) {
                     if (p.qo_dtype == DType::bf16) static_cast<__nv_bfloat16*>(p.o)[out + d] = __float2bfloat16_rn(x);
@@ -36,11 +38,22 @@ __global__ void __launch_bounds__(kWarps * 32) paged_merge_kernel(const ServingP
 
 }  // namespace
 
-void launch_paged_merge(const ServingParams& p, CUstream_st* stream) {
+void launch_paged_merge(const ServingParams& p, bool dependent, CUstream_st* stream) {
   const int64_t items = p.total_q * p.HQ * ((p.V + 31) / 32);
   if (items == 0) return;
   const int64_t blocks = (items + kWarps - 1) / kWarps;
-  paged_merge_kernel<<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(p);
+  // Programmatic dependent launch (sm_90+): the split kernel's CTAs call launch_dependents at their start, so
+  // the merge's launch and index math overlap that kernel's tail (its CTAs wait in grid_dependency_wait).
+  cudaLaunchAttribute pdl{};
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kWarps * 32);
+  config.stream = stream;
+  config.attrs = &pdl;
+  config.numAttrs = dependent ? 1 : 0;
+  FLASHGATE_CUDA_CHECK(cudaLaunchKernelEx(&config, paged_merge_kernel, p));
   FLASHGATE_CHECK_LAUNCH("paged_merge_kernel");
 }
 

@@ -3,6 +3,7 @@
 // and the launches. No host synchronisation anywhere (CUDA-graph safe): index tensors are only read by
 // the kernels, and the plan depends on shapes alone.
 #include "cuda/portable/serving.h"
+#include "cuda/portable/serving_splits.h"
 
 #include <cuda_runtime_api.h>
 
@@ -25,14 +26,13 @@ using cuda::CacheKind;
 using cuda::CacheScale;
 using cuda::ServingParams;
 
-constexpr int kMaxSplits = 128;          // within the merge kernel's limit (kMaxMergeSplits)
 constexpr int kShortQueryTokens = 4;     // split-KV only for decode and queries of <= 4 tokens per sequence
-constexpr int64_t kMinKeysPerSplit = 512;
 
 struct DeviceFacts {
   int sms = 1;
   int smem_per_sm = 0;
   int smem_per_block_optin = 0;
+  int major = 0;  // compute capability
 };
 
 DeviceFacts device_facts(int device) {
@@ -47,6 +47,7 @@ DeviceFacts device_facts(int device) {
     FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&f.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
     FLASHGATE_CUDA_CHECK(
         cudaDeviceGetAttribute(&f.smem_per_block_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, device));
     cache[slot] = f;
     known[slot] = true;
   }
@@ -59,7 +60,7 @@ int forced_splits() {
   const char* env = std::getenv("FLASHGATE_NUM_SPLITS");
   if (!env || !*env) return 0;
   const int n = std::atoi(env);
-  return n > 0 ? std::min(n, kMaxSplits) : 0;
+  return n > 0 ? std::min(n, kMaxKeySlices) : 0;
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -98,6 +99,7 @@ struct ServingPlan {
   const cuda::PagedMmaEntry* mma = nullptr;  // nullptr: the fp32 fallback kernel
   int stages = 2;
   int splits = 1;
+  bool dependent_merge = false;  // launch the split merge as a programmatic dependent (sm_90+)
   int64_t gate_floats = 0;
   bool empty = false;  // nothing to compute (no query rows)
 };
@@ -109,29 +111,20 @@ struct PlanInputs {
   int64_t context_estimate = 0;  // keys per sequence the split heuristic assumes
 };
 
-// Slices per row block. Only decode and short queries split (a prefill batch fills the GPU by itself), and
-// only when one pass leaves SMs idle. Among 1 .. cap slices it takes the count whose CTAs fill the
-// resident slots best in whole waves (memory-bound CTAs finish together, so a nearly empty last wave
-// costs a whole one), the smaller count on ties; the cap keeps slices >= kMinKeysPerSplit keys and the
-// CTA count within about two waves.
+// Slices per row block. Only decode and short queries split (a prefill batch fills the GPU by itself); how
+// many: choose_key_slices (serving_splits.h).
 int choose_splits(const ServingParams& p, const PlanInputs& in, const DeviceFacts& dev, int ctas_per_sm,
                   int keys_per_stage) {
   if (const int n = forced_splits()) return n;
   if (!in.decode && p.total_q > kShortQueryTokens * p.num_seqs) return 1;
   const int64_t token_blocks =
       in.decode ? p.num_seqs : std::max<int64_t>(p.num_seqs, ceil_div(p.total_q, p.tokens_per_block));
-  const int64_t ctas = std::max<int64_t>(token_blocks * p.head_blocks * p.H, 1);
-  const int64_t slots = static_cast<int64_t>(dev.sms) * std::max(ctas_per_sm, 1);
-  if (ctas >= slots) return 1;
-  const int64_t by_keys = in.context_estimate / std::max<int64_t>(kMinKeysPerSplit, 4 * keys_per_stage);
-  const int64_t cap = std::clamp<int64_t>(std::min(by_keys, ceil_div(2 * slots, ctas)), 1, kMaxSplits);
-  int64_t best = 1;
-  double best_fill = 0;
-  for (int64_t s = 1; s <= cap; ++s) {
-    const double fill = static_cast<double>(ctas * s) / static_cast<double>(ceil_div(ctas * s, slots) * slots);
-    if (fill > best_fill + 1e-9) best = s, best_fill = fill;
-  }
-  return static_cast<int>(best);
+  SliceProblem q;
+  q.ctas = std::max<int64_t>(token_blocks * p.head_blocks * p.H, 1);
+  q.slots = static_cast<int64_t>(dev.sms) * std::max(ctas_per_sm, 1);
+  q.keys = in.context_estimate;
+  q.keys_per_stage = keys_per_stage;
+  return choose_key_slices(q);
 }
 
 ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) {
@@ -161,6 +154,7 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   plan.mma = entry;
   plan.stages = stages;
   plan.splits = choose_splits(p, in, dev, ctas_per_sm, shape.keys_per_stage);
+  plan.dependent_merge = dev.major >= 9;
   return plan;
 }
 
@@ -269,7 +263,7 @@ void run_serving(ServingParams p, const PlanInputs& in, int device, const Launch
     return;
   }
   plan.mma->launch(p, plan.stages, launch.stream);
-  if (plan.splits > 1) cuda::launch_paged_merge(p, launch.stream);
+  if (plan.splits > 1) cuda::launch_paged_merge(p, plan.dependent_merge, launch.stream);
 }
 
 size_t serving_workspace(ServingParams p, const PlanInputs& in, int device) {

@@ -1,0 +1,67 @@
+// The split-KV model (src/cuda/portable/serving_splits.h) on the benchmark's serving shapes with an H200's
+// resident slots (132 SMs; 2 CTAs per SM for 16-bit caches, 3 for fp8 at D128), and its invariants on a
+// sweep: the choice stays within its caps and no other allowed count has a lower modelled time.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "cuda/portable/serving_splits.h"
+
+namespace flashgate::portable {
+namespace {
+
+constexpr int64_t kBf16Slots = 132 * 2, kFp8Slots = 132 * 3;
+
+int slices(int64_t ctas, int64_t slots, int64_t keys) {
+  SliceProblem q;
+  q.ctas = ctas, q.slots = slots, q.keys = keys, q.keys_per_stage = 64;
+  return choose_key_slices(q);
+}
+
+// Decode / paged rows of docs/BENCHMARKS.md: GQA 32/8 D128, so one row block per sequence and kv head.
+TEST(ServingSplits, BenchmarkShapes) {
+  // 16-bit caches: one wave of long slices where a pass leaves SMs idle, one pass where it fills them.
+  EXPECT_EQ(slices(8 * 8, kBf16Slots, 32768), 4);    // B8 ctx 32768: 256 CTAs, one wave
+  EXPECT_EQ(slices(1 * 8, kBf16Slots, 131072), 33);  // B1 ctx 131072: 264 CTAs
+  EXPECT_EQ(slices(3 * 8, kBf16Slots, 32768), 11);   // verify 3 x 4 tokens: 3 row blocks per kv head
+  EXPECT_EQ(slices(64 * 8, kBf16Slots, 4096), 1);    // B64 ctx 4096: 512 CTAs, two whole waves
+  EXPECT_EQ(slices(128 * 8, kBf16Slots, 1024), 1);   // B128 ctx 1024
+  // fp8 (3 CTAs per SM): one wave rather than two "fuller" ones, and B64 ctx 4096 in three slices (4 waves of
+  // 1366 keys instead of 2 waves of 4096, the second a third full).
+  EXPECT_EQ(slices(1 * 8, kFp8Slots, 131072), 49);
+  EXPECT_EQ(slices(3 * 8, kFp8Slots, 32768), 16);
+  EXPECT_EQ(slices(8 * 8, kFp8Slots, 32768), 6);
+  EXPECT_EQ(slices(64 * 8, kFp8Slots, 4096), 3);
+  EXPECT_EQ(slices(128 * 8, kFp8Slots, 1024), 1);
+}
+
+TEST(ServingSplits, ShortContextsAndDegenerateInputsTakeOnePass) {
+  EXPECT_EQ(slices(8, kBf16Slots, 0), 1);
+  EXPECT_EQ(slices(8, kBf16Slots, 1000), 1);  // below two slices of kMinKeysPerSlice
+  EXPECT_EQ(slices(0, 0, 1 << 20), slices(1, 1, 1 << 20));
+  EXPECT_EQ(slices(1, 1, 1 << 20), 1);  // one slot: more slices only add waves
+}
+
+TEST(ServingSplits, ChoiceIsTheCheapestAllowedCount) {
+  for (int64_t slots : {int64_t{1}, int64_t{64}, kBf16Slots, kFp8Slots})
+    for (int64_t ctas : {1, 3, 8, 24, 64, 100, 264, 512, 4096})
+      for (int64_t keys : {0, 511, 1024, 5000, 32768, 131072, 1 << 20}) {
+        SliceProblem q;
+        q.ctas = ctas, q.slots = slots, q.keys = keys, q.keys_per_stage = 64;
+        const int s = choose_key_slices(q);
+        SCOPED_TRACE(testing::Message() << "slots " << slots << " ctas " << ctas << " keys " << keys << " -> " << s);
+        ASSERT_GE(s, 1);
+        ASSERT_LE(s, kMaxKeySlices);
+        if (s > 1) {
+          ASSERT_GE(keys / s, kMinKeysPerSlice);             // slices keep enough keys
+          ASSERT_LE(ctas * s, 4 * slots + ctas);             // about four waves at most
+        }
+        auto cost = [&](int64_t n) {
+          return (ctas * n + slots - 1) / slots * (kStartStages * 64 + (keys + n - 1) / n);
+        };
+        for (int64_t n = 1; n < s; ++n) ASSERT_GT(cost(n), cost(s)) << "a smaller count is as cheap: " << n;
+      }
+}
+
+}  // namespace
+}  // namespace flashgate::portable
