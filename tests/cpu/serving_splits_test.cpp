@@ -26,12 +26,12 @@ TEST(ServingSplits, BenchmarkShapes) {
   EXPECT_EQ(slices(3 * 8, kBf16Slots, 32768), 11);   // verify 3 x 4 tokens: 3 row blocks per kv head
   EXPECT_EQ(slices(64 * 8, kBf16Slots, 4096), 1);    // B64 ctx 4096: 512 CTAs, two whole waves
   EXPECT_EQ(slices(128 * 8, kBf16Slots, 1024), 1);   // B128 ctx 1024
-  // fp8 (3 CTAs per SM): one wave rather than two "fuller" ones, and B64 ctx 4096 in three slices (4 waves of
-  // 1366 keys instead of 2 waves of 4096, the second a third full).
+  // fp8 (3 CTAs per SM): one wave rather than two "fuller" ones; B64 ctx 4096 (512 CTAs on 396 slots) in one
+  // pass (three slices measured 20% slower on the H200).
   EXPECT_EQ(slices(1 * 8, kFp8Slots, 131072), 49);
   EXPECT_EQ(slices(3 * 8, kFp8Slots, 32768), 16);
   EXPECT_EQ(slices(8 * 8, kFp8Slots, 32768), 6);
-  EXPECT_EQ(slices(64 * 8, kFp8Slots, 4096), 3);
+  EXPECT_EQ(slices(64 * 8, kFp8Slots, 4096), 1);
   EXPECT_EQ(slices(128 * 8, kFp8Slots, 1024), 1);
 }
 
@@ -52,6 +52,7 @@ TEST(ServingSplits, ChoiceIsTheCheapestAllowedCount) {
         SCOPED_TRACE(testing::Message() << "slots " << slots << " ctas " << ctas << " keys " << keys << " -> " << s);
         ASSERT_GE(s, 1);
         ASSERT_LE(s, kMaxKeySlices);
+        if (ctas >= slots) ASSERT_EQ(s, 1) << "a pass that fills the slots is not split";
         if (s > 1) {
           ASSERT_GE(keys / s, kMinKeysPerSlice);             // slices keep enough keys
           ASSERT_LE(ctas * s, 4 * slots + ctas);             // about four waves at most
