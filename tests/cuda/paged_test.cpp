@@ -29,6 +29,7 @@ using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
 using fgtest::ForcedSplits;
+using fgtest::ForcedStages;
 using fgtest::on;
 using fgtest::seed_note;
 using flashgate::detail::ScaleMode;
@@ -383,6 +384,32 @@ TEST(PagedCuda, EverySplitCountAgrees) {
       expect_matches(out, r.o, c);
     }
   }
+}
+
+// Every pipeline depth (2..4 stages; the planner picks one per cache kind and head dims) gives the reference,
+// unsplit and split, on head dims whose default depths differ.
+TEST(PagedCuda, EveryPipelineDepthAgrees) {
+  FLASHGATE_REQUIRE_GPU();
+  for (int dims : {64, 128, 256})
+    for (bool use_fp8 : {false, true}) {
+      if (use_fp8 && dims == 64) continue;  // no fp8 instance below 128
+      PagedConfig c = base();
+      c.head_dim = c.v_dim = dims;
+      c.heads = 8, c.kv_heads = 2, c.block_size = 16;
+      c.context_lens = {5, 700, 1500, 0};
+      c.query_lens = {1, 3, 1, 0};
+      if (use_fp8) c = fp8(c, ScaleMode::per_token);
+      const uint64_t seed = flashgate::harness::fresh_seed();
+      SCOPED_TRACE(seed_note(seed, c));
+      const Reference r = reference(c, seed);
+      for (int stages : {2, 3, 4})
+        for (int splits : {1, 3}) {
+          SCOPED_TRACE("stages " + std::to_string(stages) + ", splits " + std::to_string(splits));
+          ForcedStages depth(stages);
+          ForcedSplits forced(splits);
+          expect_matches(run_gpu(r.host), r.o, c);
+        }
+    }
 }
 
 // The heuristic's own choice on a shape that splits (few sequences, long contexts), window included.

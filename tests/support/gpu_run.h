@@ -23,13 +23,24 @@ std::string seed_note(uint64_t seed, const Config& cfg) {
   return cfg.describe() + " (seed " + std::to_string(seed) + ", FLASHGATE_SEED replays it)";
 }
 
-// Sets FLASHGATE_NUM_SPLITS for one scope (the serving kernels' forced split count).
-class ForcedSplits {
+// Sets an environment variable for one scope.
+class ScopedEnv {
  public:
-  explicit ForcedSplits(int n) { setenv("FLASHGATE_NUM_SPLITS", std::to_string(n).c_str(), 1); }
-  ~ForcedSplits() { unsetenv("FLASHGATE_NUM_SPLITS"); }
-  ForcedSplits(const ForcedSplits&) = delete;
-  ForcedSplits& operator=(const ForcedSplits&) = delete;
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
+// The serving kernels' forced split count and pipeline depth, for one scope.
+struct ForcedSplits : ScopedEnv {
+  explicit ForcedSplits(int n) : ScopedEnv("FLASHGATE_NUM_SPLITS", std::to_string(n)) {}
+};
+struct ForcedStages : ScopedEnv {
+  explicit ForcedStages(int n) : ScopedEnv("FLASHGATE_SERVING_STAGES", std::to_string(n)) {}
 };
 
 // `o` of the fp64 reference: `op(args, launch)` on the cpu backend over a float64 copy of `host`.

@@ -63,6 +63,15 @@ int forced_splits() {
   return n > 0 ? std::min(n, kMaxKeySlices) : 0;
 }
 
+// FLASHGATE_SERVING_STAGES=n forces a pipeline depth of n (2..4; less where a CTA's shared memory does not
+// hold it) on the mma path (tests run every depth; 0 or unset: the planner's choice).
+int forced_stages() {
+  const char* env = std::getenv("FLASHGATE_SERVING_STAGES");
+  if (!env || !*env) return 0;
+  const int n = std::atoi(env);
+  return n > 0 ? std::clamp(n, 2, 4) : 0;
+}
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // log2(x) for a power of two, else -1.
@@ -146,8 +155,9 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   const cuda::PagedKernelShape shape = entry->shape();
   // Deepest pipeline (2..4 stages) that still lets two CTAs share an SM (1 KB per CTA is reserved).
   const int budget = std::min(dev.smem_per_block_optin, dev.smem_per_sm / 2 - 1024);
-  int stages = 4;
-  while (stages > 2 && shape.smem_bytes(stages) > budget) --stages;
+  const int forced = forced_stages();
+  int stages = forced ? forced : 4;
+  while (stages > 2 && shape.smem_bytes(stages) > (forced ? dev.smem_per_block_optin : budget)) --stages;
   if (shape.smem_bytes(stages) > dev.smem_per_block_optin) return plan;
   const int ctas_per_sm = entry->occupancy(stages, device);
   if (ctas_per_sm < 1) return plan;
