@@ -50,6 +50,27 @@ def serving_table(rows, copy_gbps):
     return "\n".join(lines)
 
 
+def fp8_table(rows):
+    """flashgate's fp8 KV rows against its bf16 row of the same case: tokens/s ratio (target >= 1.8x)."""
+    bf16 = {(r["op"], r["row"]): r["contenders"].get("flashgate", {}) for r in rows if r["kv"] == "bf16"}
+    modes = [k for k in dict.fromkeys(r["kv"] for r in rows) if k.startswith("fp8")]
+    cases = [k for k in dict.fromkeys((r["op"], r["row"]) for r in rows if r["kv"] in modes)]
+    if not cases:
+        return ""
+    fp8 = {(r["op"], r["row"], r["kv"]): r["contenders"].get("flashgate", {}) for r in rows if r["kv"] in modes}
+    lines = ["| op | case | bf16 ms | " + " | ".join(f"{m} ms (x bf16 tokens/s)" for m in modes) + " |",
+             "|---" * (3 + len(modes)) + "|"]
+    for op, row in cases:
+        b = bf16.get((op, row), {})
+        cells = []
+        for m in modes:
+            f = fp8.get((op, row, m), {})
+            cells.append(f"{f['ms']:.3f} ({_ratio(f, b, 'tokens_per_s')})" if f.get("status") == "ok" else _fmt(f, "ms"))
+        bms = f"{b['ms']:.3f}" if b.get("status") == "ok" else _fmt(b, "ms")
+        lines.append(f"| {op} | {row} | {bms} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def failures(out):
     lines = []
     for section in ("training", "serving"):
@@ -132,6 +153,9 @@ def write(out, outdir):
     if out.get("serving"):
         md += ["## Serving (GB/s of K/V read; CUDA-graph replays)", "",
                serving_table(out["serving"], ceil["copy_gbps"]), ""]
+        table = fp8_table(out["serving"])
+        if table:
+            md += ["## fp8 KV against bf16 KV (flashgate, same case)", "", table, ""]
     md += ["## Cases a contender could not run or got wrong", "", failures(out), ""]
     if out.get("fatal"):
         md += ["## Fatal error", "", "```", out["fatal"], "```"]

@@ -17,10 +17,20 @@ void poison_if(OwnedTensor& t) {
   if (t.defined()) t.poison();
 }
 
+// "a,b,c"; a long list (65536 packed sequences) as its first and last entries with its count and sum, so that
+// a case's description stays one readable line.
 std::string join(const std::vector<int64_t>& v) {
+  constexpr size_t kHead = 6, kTail = 2;
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s;
+  if (v.size() <= 2 * (kHead + kTail)) {
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+    return s;
+  }
+  for (size_t i = 0; i < kHead; ++i) s += std::to_string(v[i]) + ",";
+  s += "...";
+  for (size_t i = v.size() - kTail; i < v.size(); ++i) s += "," + std::to_string(v[i]);
+  return s + " (" + std::to_string(v.size()) + " entries, sum " +
+         std::to_string(std::accumulate(v.begin(), v.end(), int64_t{0})) + ")";
 }
 
 std::vector<int64_t> offsets_of(const std::vector<int64_t>& lens) {

@@ -1,0 +1,37 @@
+"""bench/report.py's fp8 table: flashgate's fp8 rows against its bf16 row of the same case (tokens/s)."""
+import importlib.util
+import pathlib
+
+import pytest
+
+REPORT = pathlib.Path(__file__).resolve().parents[2] / "bench" / "report.py"
+
+
+@pytest.fixture(scope="module")
+def report():
+    spec = importlib.util.spec_from_file_location("bench_report", REPORT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(op, kv, case, ms, tokens_per_s, status="ok"):
+    fg = {"status": status}
+    if status == "ok":
+        fg.update(ms=ms, gbps=1.0, tokens_per_s=tokens_per_s)
+    return {"op": op, "kv": kv, "row": case, "contenders": {"flashgate": fg}}
+
+
+def test_fp8_rows_against_the_bf16_row_of_their_case(report):
+    rows = [_row("paged", "bf16", "B8", 0.3, 1000.0), _row("paged", "fp8 per-tensor", "B8", 0.15, 2000.0),
+            _row("paged", "fp8 per-token", "B8", 0.2, 1500.0), _row("decode", "bf16", "B8", 0.3, 900.0),
+            _row("paged", "bf16", "B1", 0.1, 10.0), _row("paged", "fp8 per-tensor", "B1", 0.0, 0.0, "cannot run: no kernel")]
+    lines = report.fp8_table(rows).splitlines()
+    assert "fp8 per-tensor ms (x bf16 tokens/s)" in lines[0] and "fp8 per-token" in lines[0]
+    assert lines[2] == "| paged | B8 | 0.300 | 0.150 (2.00x) | 0.200 (1.50x) |"
+    assert lines[3] == "| paged | B1 | 0.100 | fails | — |"
+    assert len(lines) == 4  # the decode row has no fp8 rows
+
+
+def test_no_fp8_rows_no_table(report):
+    assert report.fp8_table([_row("decode", "bf16", "B8", 0.3, 900.0)]) == ""
