@@ -72,13 +72,19 @@ void for_each_element_in(const Tensor& t, int64_t begin, int64_t end, F&& f) {
 // Element chunks that the CPU worker threads take one at a time (large tensors: 2^31 elements in tests).
 constexpr int64_t kFillChunk = int64_t{1} << 20;
 
+// Calls f(chunk, begin, end) for the element chunks of t, in parallel.
+template <class F>
+void for_each_chunk(const Tensor& t, F&& f) {
+  const int64_t n = t.numel();
+  cpu::parallel_for((n + kFillChunk - 1) / kFillChunk,
+                    [&](int64_t c) { f(c, c * kFillChunk, std::min(n, (c + 1) * kFillChunk)); });
+}
+
 // Calls f(logical_index, element_offset) for every element, chunks of them in parallel (f must only touch
 // its own element).
 template <class F>
 void for_each_element(const Tensor& t, F&& f) {
-  const int64_t n = t.numel();
-  cpu::parallel_for((n + kFillChunk - 1) / kFillChunk,
-                    [&](int64_t c) { for_each_element_in(t, c * kFillChunk, std::min(n, (c + 1) * kFillChunk), f); });
+  for_each_chunk(t, [&](int64_t, int64_t begin, int64_t end) { for_each_element_in(t, begin, end, f); });
 }
 
 // Random fills, chunk by chunk as above: chunk c draws from its own engine seeded from (one draw of the
@@ -88,12 +94,10 @@ template <class Draw>
 void fill_random(const Tensor& t, Rng& rng, Draw draw) {
   if (t.device != Device::cpu) throw Error(ErrorKind::invalid_argument, "tensor", "harness: fills need a host tensor");
   const uint64_t base = rng();
-  const int64_t n = t.numel();
-  cpu::parallel_for((n + kFillChunk - 1) / kFillChunk, [&](int64_t c) {
+  for_each_chunk(t, [&](int64_t c, int64_t begin, int64_t end) {
     Rng engine = chunk_engine(base, c);
     auto next = draw();  // a fresh distribution per chunk
-    for_each_element_in(t, c * kFillChunk, std::min(n, (c + 1) * kFillChunk),
-                        [&](int64_t, int64_t off) { host::store(t.data, t.dtype, off, next(engine)); });
+    for_each_element_in(t, begin, end, [&](int64_t, int64_t off) { host::store(t.data, t.dtype, off, next(engine)); });
   });
 }
 

@@ -53,7 +53,7 @@ __device__ __forceinline__ void col_terms_of(float (&col)[NT][2], const float* c
 // across the loop; generic pointers re-formed from the stage's tiles each step (the addressing before
 // round 7) leave ptxas free to rematerialise them. Per-CTA addresses only without the row sums: with them
 // sm_90a D256 kFull spilled 28 B (-Xptxas -v, round 8; spill-free re-formed).
-template <int kD, bool kFull, bool kRowSums>
+template <bool kRowSums>
 __device__ constexpr bool cta_ldsm_addresses() {
   return !kRowSums;
 }
@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   // rows (S; dO follows Q by kToDo bytes: dP) and as transposed B (dK; dV), K as B rows (S; V follows K by
   // kToV: dP) and as transposed B (dQ), P as transposed A (dV; dS follows P by kToDs: dK), dS as A rows (dQ).
   // Their form and when they are formed: see cta_ldsm_addresses.
-  constexpr bool kCtaAddresses = cta_ldsm_addresses<kD, kFull, kRowSums>();
+  constexpr bool kCtaAddresses = cta_ldsm_addresses<kRowSums>();
   using Addr = std::conditional_t<kCtaAddresses, uint32_t, SmemBytes>;
   struct Operands {
     Addr q_rows, q_trans, k_rows, k_trans, p_trans, ds_rows;

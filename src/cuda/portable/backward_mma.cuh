@@ -125,7 +125,7 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[MT][NT][4], Addr a, Addr b
   zero(acc);
   if constexpr (kSteps > 0) {
     // kPeelFirst: the first k-step outside the loop, so that its MMAs take a zero C operand instead of
-    // registers zeroed first (CS2R); it costs registers (TileConfig::kPeelFirstKStep says where it fits).
+    // registers zeroed first (CS2R); it costs registers (TileConfig::kPeelScorePasses says where it fits).
     if constexpr (kPeelFirst) k_step(0);
 #pragma unroll 2
     for (int kk = kPeelFirst ? 1 : 0; kk < kSteps; ++kk) k_step(kk);
