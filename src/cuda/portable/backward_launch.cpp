@@ -33,6 +33,7 @@ struct DeviceLimits {
   int sms = 1;
   int smem_optin = 0;   // bytes of shared memory one block may opt in to
   int smem_per_sm = 0;  // bytes of shared memory of one SM (all its blocks)
+  int major = 0;        // compute capability
 };
 
 DeviceLimits device_limits(int device) {
@@ -40,6 +41,7 @@ DeviceLimits device_limits(int device) {
   FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
   FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device));
   return d;
 }
 
@@ -93,6 +95,7 @@ struct Plan {
   TileSizes tiles;
   int slices_kv = 1, slices_q = 1;
   int stages_kv = 0, stages_q = 0;  // buffers of the per-step tiles (0: does not fit)
+  bool dq_tile = false;             // the dK/dV kernel's shared memory includes its dQ tile
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -109,7 +112,11 @@ Plan make_plan(BackwardParams& p, const DeviceLimits& dev) {
   // dq_min_blocks CTAs per SM. Nothing fits: the SIMT path.
   const size_t optin = static_cast<size_t>(dev.smem_optin), per_sm = static_cast<size_t>(dev.smem_per_sm);
   const TileSizes& t = plan.tiles;
-  plan.stages_kv = t.smem_dkdv[2] <= optin ? 2 : t.smem_dkdv[1] <= optin ? 1 : 0;
+  // The dQ tile of the bulk reductions: exactly where the dK/dV kernel's sm_90 code uses it (an sm_90 device
+  // runs that code; the dQ product runs in the default mode only).
+  plan.dq_tile = dev.major == 9 && !p.deterministic && t.dkdv_dq_tile > 0;
+  const size_t dq_tile = plan.dq_tile ? t.dkdv_dq_tile : 0;
+  plan.stages_kv = t.smem_dkdv[2] + dq_tile <= optin ? 2 : t.smem_dkdv[1] + dq_tile <= optin ? 1 : 0;
   const bool dq_two = t.smem_dq[2] <= optin && t.smem_dq[2] * t.dq_min_blocks <= per_sm;
   plan.stages_q = dq_two ? 2 : t.smem_dq[1] <= optin ? 1 : 0;
   if (plan.stages_kv == 0 || (p.deterministic && plan.stages_q == 0)) return plan;
@@ -182,11 +189,11 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
 
 // The dK/dV kernel's variant: with the row sums and gate terms only where a gate or a sink needs them.
 template <class T, int kD>
-void launch_dkdv(const BackwardParams& p, const TileSchedule& keys, int slices, int stages, cudaStream_t stream) {
+void launch_dkdv(const BackwardParams& p, const Plan& plan, const TileSchedule& keys, cudaStream_t stream) {
   if (p.needs_row_sums())
-    cuda::bwd::launch_dkdv_mma<T, kD, true>(p, keys, slices, stages, stream);
+    cuda::bwd::launch_dkdv_mma<T, kD, true>(p, keys, plan.slices_kv, plan.stages_kv, plan.dq_tile, stream);
   else
-    cuda::bwd::launch_dkdv_mma<T, kD, false>(p, keys, slices, stages, stream);
+    cuda::bwd::launch_dkdv_mma<T, kD, false>(p, keys, plan.slices_kv, plan.stages_kv, plan.dq_tile, stream);
 }
 
 template <class T>
@@ -196,19 +203,19 @@ void launch_mma_kernels(const BackwardParams& p, const Plan& plan, const TileSch
   switch (plan.bucket) {
     case 64:
       if (p.deterministic) launch_dq_mma<T, 64>(p, queries, plan.slices_q, plan.stages_q, stream);
-      launch_dkdv<T, 64>(p, keys, plan.slices_kv, plan.stages_kv, stream);
+      launch_dkdv<T, 64>(p, plan, keys, stream);
       break;
     case 128:
       if (p.deterministic) launch_dq_mma<T, 128>(p, queries, plan.slices_q, plan.stages_q, stream);
-      launch_dkdv<T, 128>(p, keys, plan.slices_kv, plan.stages_kv, stream);
+      launch_dkdv<T, 128>(p, plan, keys, stream);
       break;
     case 256:
       if (p.deterministic) launch_dq_mma<T, 256>(p, queries, plan.slices_q, plan.stages_q, stream);
-      launch_dkdv<T, 256>(p, keys, plan.slices_kv, plan.stages_kv, stream);
+      launch_dkdv<T, 256>(p, plan, keys, stream);
       break;
     default:
       if (p.deterministic) launch_dq_mma<T, 512>(p, queries, plan.slices_q, plan.stages_q, stream);
-      launch_dkdv<T, 512>(p, keys, plan.slices_kv, plan.stages_kv, stream);
+      launch_dkdv<T, 512>(p, plan, keys, stream);
       break;
   }
 }

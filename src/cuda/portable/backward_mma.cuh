@@ -278,7 +278,7 @@ __device__ __forceinline__ void grads(float (&dp)[MT][NT][4], const float (&p)[M
 }
 
 // Stores a thread's fragments (rows m0 + 16*mt + g, +8; columns n0 + nt*8 + 2c, +1) into a row-major shared
-// tile as T.
+// tile as T (16-bit pairs, or fp32 pairs where T is float).
 template <class T, int MT, int NT>
 __device__ __forceinline__ void store_fragment(T* tile, int stride, const float (&x)[MT][NT][4], int m0, int n0,
                                                int lane) {
@@ -288,8 +288,13 @@ __device__ __forceinline__ void store_fragment(T* tile, int stride, const float 
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       T* at = tile + (m0 + mt * 16 + g) * stride + n0 + nt * 8 + 2 * c;
-      *reinterpret_cast<uint32_t*>(at) = ptx::pack2<T>(x[mt][nt][0], x[mt][nt][1]);
-      *reinterpret_cast<uint32_t*>(at + 8 * stride) = ptx::pack2<T>(x[mt][nt][2], x[mt][nt][3]);
+      if constexpr (std::is_same_v<T, float>) {
+        *reinterpret_cast<float2*>(at) = make_float2(x[mt][nt][0], x[mt][nt][1]);
+        *reinterpret_cast<float2*>(at + 8 * stride) = make_float2(x[mt][nt][2], x[mt][nt][3]);
+      } else {
+        *reinterpret_cast<uint32_t*>(at) = ptx::pack2<T>(x[mt][nt][0], x[mt][nt][1]);
+        *reinterpret_cast<uint32_t*>(at + 8 * stride) = ptx::pack2<T>(x[mt][nt][2], x[mt][nt][3]);
+      }
     }
 }
 

@@ -72,6 +72,9 @@ inline constexpr bool kSm8xDevicePass = false;
 //                           kPeelScorePasses: the S passes' first k-step outside their loop (zero C
 //                           operand instead of zeroed registers) without row sums (with them D64 spilled
 //                           32 B); dP's always is;
+//                           kDqBulk: on sm_90 a step's dQ tile goes to shared memory and from there into
+//                           dq_acc by one bulk reduction per row (the copy engine adds it; no atomics in the
+//                           warps' load/store queues); where the tile fits next to two stages (D64, D128);
 //   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns;
 //                           kMinBlocksDq CTAs per SM (2 fit in 128 registers without spills at D64/D128).
 template <int kD>
@@ -85,6 +88,7 @@ struct TileConfig<64> {
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 64, kMinBlocksDq = 2;
   static constexpr int kDqRedWidth = 4;
   static constexpr bool kPeelScorePasses = true;
+  static constexpr bool kDqBulk = true;
 };
 template <>
 struct TileConfig<128> {
@@ -95,6 +99,7 @@ struct TileConfig<128> {
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 128, kMinBlocksDq = 2;
   static constexpr int kDqRedWidth = 2;
   static constexpr bool kPeelScorePasses = false;  // peeled S passes spilled the plain kFull kernel 56 B
+  static constexpr bool kDqBulk = true;
 };
 template <>
 struct TileConfig<256> {
@@ -107,6 +112,7 @@ struct TileConfig<256> {
   static constexpr int kQueryRows = 64, kKeyCols = 32, kSliceQ = 256, kMinBlocksDq = 1;
   static constexpr int kDqRedWidth = 4;
   static constexpr bool kPeelScorePasses = true;
+  static constexpr bool kDqBulk = false;  // the tile does not fit next to two stages
 };
 template <>
 struct TileConfig<512> {
@@ -115,6 +121,7 @@ struct TileConfig<512> {
   static constexpr int kQueryRows = 32, kKeyCols = 32, kSliceQ = 512, kMinBlocksDq = 1;
   static constexpr int kDqRedWidth = 4;
   static constexpr bool kPeelScorePasses = true;
+  static constexpr bool kDqBulk = false;
 };
 
 constexpr int kMmaThreads = 256;
@@ -130,6 +137,17 @@ constexpr size_t dkdv_smem_bytes(int stages) {
   return 2 * C::kBc * (kD + 8) * 2 + 2 * C::kBr * (C::kBc + 8) * 2 + C::kScoreWarpRows * C::kBc * sizeof(float) +
          stages * (2 * C::kBr * (kD + 8) * 2 + (3 * C::kBr + C::kBc) * sizeof(float));
 }
+// The dK/dV kernel's dQ tile for the bulk reductions (TileConfig::kDqBulk, sm_90), after the stages: fp32
+// [kBr][kSliceKV + 8] (the 8-float pad keeps the fragment stores free of bank conflicts; rows stay 16-byte
+// aligned for the bulk copies). 0 where the bucket does not use it.
+template <int kD>
+constexpr size_t dkdv_dq_tile_bytes() {
+  using C = TileConfig<kD>;
+  return C::kDqBulk ? static_cast<size_t>(C::kBr) * (C::kSliceKV + 8) * sizeof(float) : 0;
+}
+static_assert(dkdv_smem_bytes<64>(2) + dkdv_dq_tile_bytes<64>() <= 227 * 1024 &&
+                  dkdv_smem_bytes<128>(2) + dkdv_dq_tile_bytes<128>() <= 227 * 1024,
+              "the dQ tile fits next to two stages in an H100/H200's 227 KB per block");
 template <int kD>
 constexpr size_t dq_smem_bytes(int stages) {
   using C = TileConfig<kD>;
@@ -142,6 +160,7 @@ struct TileSizes {
   int key_tile = 0, query_tile = 0, slice_kv = 0;   // dK/dV kernel
   int dq_rows = 0, dq_slice = 0, dq_min_blocks = 1; // dq kernel
   size_t smem_dkdv[3] = {}, smem_dq[3] = {};        // by stage count (1, 2)
+  size_t dkdv_dq_tile = 0;                           // dK/dV kernel on sm_90, default mode: + this
 };
 
 template <int kD>
@@ -151,6 +170,7 @@ constexpr TileSizes tile_sizes_of() {
   t.key_tile = C::kBc, t.query_tile = C::kBr, t.slice_kv = C::kSliceKV;
   t.dq_rows = C::kQueryRows, t.dq_slice = C::kSliceQ, t.dq_min_blocks = C::kMinBlocksDq;
   for (int s = 1; s <= 2; ++s) t.smem_dkdv[s] = dkdv_smem_bytes<kD>(s), t.smem_dq[s] = dq_smem_bytes<kD>(s);
+  t.dkdv_dq_tile = dkdv_dq_tile_bytes<kD>();
   return t;
 }
 
