@@ -1,8 +1,10 @@
-// The split-KV model (src/cuda/portable/serving_splits.h) on the benchmark's serving shapes with an H200's
-// resident slots (132 SMs; 2 CTAs per SM for 16-bit caches, 3 for fp8 at D128), and its invariants on a
-// sweep: the choice stays within its caps and no other allowed count has a lower modelled time.
+// The split-KV model and the kv heads per CTA (src/cuda/portable/serving_splits.h) on the benchmark's serving
+// shapes with an H200's resident slots (132 SMs; 2 CTAs per SM for 16-bit caches, 3 for fp8 at D128), and
+// their invariants on a sweep: the split choice stays within its caps and no other allowed count has a lower
+// modelled time; the heads per CTA bring a pass within the slots with as few heads per CTA as that takes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/portable/serving_splits.h"
@@ -61,6 +63,31 @@ TEST(ServingSplits, ChoiceIsTheCheapestAllowedCount) {
           return (ctas * n + slots - 1) / slots * (kStartStages * 64 + (keys + n - 1) / n);
         };
         for (int64_t n = 1; n < s; ++n) ASSERT_GT(cost(n), cost(s)) << "a smaller count is as cheap: " << n;
+      }
+}
+
+// One-pass rows of docs/BENCHMARKS.md (8 kv heads, one row block per sequence).
+TEST(ServingHeadsPerCta, BenchmarkShapes) {
+  EXPECT_EQ(choose_heads_per_cta(128, 8, kBf16Slots), 4);  // B128 ctx 1024: 1024 CTAs -> 256
+  EXPECT_EQ(choose_heads_per_cta(64, 8, kBf16Slots), 2);   // B64 ctx 4096: 512 -> 256
+  EXPECT_EQ(choose_heads_per_cta(8, 8, kBf16Slots), 1);    // 64 CTAs: the split path's business
+  EXPECT_EQ(choose_heads_per_cta(33, 8, kBf16Slots), 1);   // 264 CTAs fill the slots exactly
+  EXPECT_EQ(choose_heads_per_cta(1024, 8, kBf16Slots), 8);  // more row blocks than slots: all heads
+  EXPECT_EQ(choose_heads_per_cta(128, 8, kFp8Slots), 3);   // 384 CTAs on 396 slots
+}
+
+TEST(ServingHeadsPerCta, FewestHeadsThatFitTheSlots) {
+  for (int64_t slots : {int64_t{1}, int64_t{64}, kBf16Slots, kFp8Slots})
+    for (int64_t blocks : {0, 1, 7, 33, 64, 100, 264, 1000})
+      for (int heads : {1, 2, 3, 8, 16, 64}) {
+        const int h = choose_heads_per_cta(blocks, heads, slots);
+        SCOPED_TRACE(testing::Message() << "slots " << slots << " blocks " << blocks << " heads " << heads << " -> " << h);
+        ASSERT_GE(h, 1);
+        ASSERT_LE(h, std::max(heads, 1));
+        const int64_t b = std::max<int64_t>(blocks, 1);
+        auto ctas = [&](int n) { return b * ((heads + n - 1) / n); };
+        if (h < heads) ASSERT_LE(ctas(h), slots);  // fits, or takes every head
+        for (int n = 1; n < h; ++n) ASSERT_GT(ctas(n), slots) << "fewer heads per CTA fit too: " << n;
       }
 }
 

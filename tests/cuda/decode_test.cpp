@@ -23,7 +23,9 @@ using flashgate::Backend;
 using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
+using fgtest::ForcedHeadsPerCta;
 using fgtest::ForcedSplits;
+using fgtest::ForcedStages;
 using fgtest::on;
 using fgtest::seed_note;
 using flashgate::harness::DecodeCase;
@@ -205,6 +207,30 @@ TEST(DecodeCuda, EverySplitCountAgrees) {
     fgtest::expect_close("o vs unsplit", out, unsplit, kTolerance);
     fgtest::expect_close("o", out, r.o, kTolerance);
   }
+}
+
+// Decode CTAs that take several kv heads in turn (uneven groups of 3 kv heads, one-stage and empty
+// sequences, the gate's per-head terms) give the reference at every count, depth and with a split.
+TEST(DecodeCuda, EveryHeadsPerCtaAgrees) {
+  FLASHGATE_REQUIRE_GPU();
+  DecodeConfig c = base();
+  c.heads = 12, c.kv_heads = 3;
+  c.gate = c.sink = true;
+  c.window = 1500;
+  c.seqlens = {3, 100, 2500, 64, 0, 65};
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE(seed_note(seed, c));
+  const Reference r = reference(c, seed);
+  for (int heads : {1, 2, 3})
+    for (int stages : {2, 3, 4})
+      for (int splits : {1, 2}) {
+        SCOPED_TRACE("heads per CTA " + std::to_string(heads) + ", stages " + std::to_string(stages) +
+                     ", splits " + std::to_string(splits));
+        ForcedHeadsPerCta forced_heads(heads);
+        ForcedStages depth(stages);
+        ForcedSplits forced(splits);
+        fgtest::expect_close("o", run_gpu(r.host), r.o, kTolerance);
+      }
 }
 
 // With validate off, offsets that decrease or point past T are bounded in the kernels (garbage out, no

@@ -28,6 +28,7 @@ using flashgate::Backend;
 using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
+using fgtest::ForcedHeadsPerCta;
 using fgtest::ForcedSplits;
 using fgtest::ForcedStages;
 using fgtest::on;
@@ -409,6 +410,40 @@ TEST(PagedCuda, EveryPipelineDepthAgrees) {
           ForcedSplits forced(splits);
           expect_matches(run_gpu(r.host), r.o, c);
         }
+    }
+}
+
+// A CTA that takes several kv heads in turn streams their stages through one ring (the next head's first
+// stages load under the current head's last, the merge uses the slots just consumed): every heads-per-CTA
+// count, uneven head groups (5 kv heads), contexts of one stage or none, every depth and a split give the
+// reference, for each 16-bit head-dim bucket (the merge's slot layouts differ). fp8 kernels take one head
+// per CTA whatever is forced (their grid must then cover every head).
+TEST(PagedCuda, EveryHeadsPerCtaAgrees) {
+  FLASHGATE_REQUIRE_GPU();
+  for (int dims : {64, 128, 256, 512})
+    for (bool use_fp8 : {false, true}) {
+      if (use_fp8 && dims != 128) continue;
+      PagedConfig c = base(dims == 256 ? DType::f16 : DType::bf16);
+      c.head_dim = c.v_dim = dims;
+      c.heads = 10, c.kv_heads = 5, c.block_size = 16;
+      c.sink = true;
+      c.window = 600;
+      c.context_lens = {1, 64, 65, 700, 0, 130};
+      c.query_lens = {1, 3, 1, 2, 0, 4};
+      if (use_fp8) c = fp8(c, ScaleMode::per_token);
+      const uint64_t seed = flashgate::harness::fresh_seed();
+      SCOPED_TRACE(seed_note(seed, c));
+      const Reference r = reference(c, seed);
+      for (int heads : {1, 2, 3, 5})
+        for (int stages : {2, 3, 4})
+          for (int splits : {1, 3}) {
+            SCOPED_TRACE("heads per CTA " + std::to_string(heads) + ", stages " + std::to_string(stages) +
+                         ", splits " + std::to_string(splits));
+            ForcedHeadsPerCta forced_heads(heads);
+            ForcedStages depth(stages);
+            ForcedSplits forced(splits);
+            expect_matches(run_gpu(r.host), r.o, c);
+          }
     }
 }
 

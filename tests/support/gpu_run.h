@@ -35,12 +35,15 @@ class ScopedEnv {
   const char* name_;
 };
 
-// The serving kernels' forced split count and pipeline depth, for one scope.
+// The serving kernels' forced split count, pipeline depth and kv heads per CTA, for one scope.
 struct ForcedSplits : ScopedEnv {
   explicit ForcedSplits(int n) : ScopedEnv("FLASHGATE_NUM_SPLITS", std::to_string(n)) {}
 };
 struct ForcedStages : ScopedEnv {
   explicit ForcedStages(int n) : ScopedEnv("FLASHGATE_SERVING_STAGES", std::to_string(n)) {}
+};
+struct ForcedHeadsPerCta : ScopedEnv {
+  explicit ForcedHeadsPerCta(int n) : ScopedEnv("FLASHGATE_HEADS_PER_CTA", std::to_string(n)) {}
 };
 
 // `o` of the fp64 reference: `op(args, launch)` on the cpu backend over a float64 copy of `host`.

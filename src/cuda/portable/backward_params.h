@@ -74,7 +74,7 @@ inline constexpr bool kSm8xDevicePass = false;
 //                           32 B); dP's always is;
 //                           kDqBulk: on sm_90 a step's dQ tile goes to shared memory and from there into
 //                           dq_acc by one bulk reduction per row (the copy engine adds it; no atomics in the
-//                           warps' load/store queues); where the tile fits next to two stages (D64, D128);
+//                           warps' load/store queues); D64 (it fits next to two stages at D128 too, but measured slower there);
 //   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns;
 //                           kMinBlocksDq CTAs per SM (2 fit in 128 registers without spills at D64/D128).
 template <int kD>
@@ -99,7 +99,9 @@ struct TileConfig<128> {
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 128, kMinBlocksDq = 2;
   static constexpr int kDqRedWidth = 2;
   static constexpr bool kPeelScorePasses = false;  // peeled S passes spilled the plain kFull kernel 56 B
-  static constexpr bool kDqBulk = true;
+  // Bulk dQ measured 1-2% slower than the atomics here (H200, session 5: 241-247 vs 244-248 TFLOP/s at T8192,
+  // 186 vs 191-196 at B8 T2048); at D64 it won 2-3% (235 vs 228-231).
+  static constexpr bool kDqBulk = false;
 };
 template <>
 struct TileConfig<256> {

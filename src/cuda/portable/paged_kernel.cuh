@@ -68,7 +68,20 @@ struct PagedTile {
   static constexpr int kStageBytes = KS * (kKeyRowBytes + kValueRowBytes) + (kScaleSlots ? 2 * KS * 4 : 0);
   static constexpr int kQBytes = kKSteps * 32 * 16;    // query fragments, [k-step][lane][4 registers]
   static constexpr int kRowInfoBytes = kRows * 32;
-  static constexpr int kReduceBytes = WK * kRows * VP * 4 + 2 * WK * kRows * 4 + 2 * kRows * 4;
+  static constexpr int kMergeFactsBytes = 2 * WK * kRows * 4 + 2 * kRows * 4;  // row maxima, sums, scales, lse
+  static constexpr int kFixedBytes = kRowInfoBytes + kMergeFactsBytes + kQBytes;
+  // The final cross-warp merge: each warp's partial o ([16][VP] fp32, one part) goes into a ring slot that
+  // its kv head has consumed last (kMergeSlots slots), so that the CTA's next kv head can already have its
+  // first stages in flight in the others. Where a part does not fit a stage (fp8 D512, K576), the parts
+  // take the ring from its start and the next head's loads wait for the merge (kReduceBytes of ring).
+  static constexpr int kPartBytes = kRows * VP * 4;
+  static constexpr int kPartsPerSlot = kStageBytes / kPartBytes;
+  static constexpr bool kMergeInSlots = kPartsPerSlot >= 1;
+  static constexpr int kMergeSlots = kMergeInSlots ? (WK + kPartsPerSlot - 1) / kPartsPerSlot : 0;
+  static constexpr int kReduceBytes = kMergeInSlots ? 0 : WK * kPartBytes;
+  // Several kv heads per CTA (ServingParams::heads_per_cta): 16-bit caches only; the fp8 kernels sit at their
+  // register bound for 3 CTAs per SM and spilled with the head loop's state.
+  static constexpr bool kHeadsInTurn = !Traits::kFp8;
   // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
   static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
   // Register budget: 3 CTAs per SM (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to
@@ -82,6 +95,7 @@ struct PagedTile {
   static_assert(VW % (8 * E) == 0 && kValueRowBytes % 128 == 0, "value dims must fill whole rounds");
   static_assert(VP % 32 == 0, "reduce_col permutes dims within aligned groups of 32");
   static_assert(WV * WK == kWarps, "warps must tile keys x value dims");
+  static_assert(kMergeSlots <= 2, "the loads held back for the merge fit one commit group per skipped stage");
 
   // Byte offset of 16-byte chunk `chunk` of key row `row` in a stage (pairs of rows alternate 64-byte halves,
   // so the 8 lanes of one load phase, 2 rows x 64 bytes, hit all 32 banks).
@@ -99,7 +113,7 @@ struct PagedTile {
 
   static constexpr int smem_bytes(int stages) {
     const int pipe = stages * kStageBytes;
-    return kRowInfoBytes + kQBytes + (pipe > kReduceBytes ? pipe : kReduceBytes);
+    return kFixedBytes + (pipe > kReduceBytes ? pipe : kReduceBytes);
   }
 };
 
@@ -234,20 +248,30 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
 
   extern __shared__ __align__(128) unsigned char smem[];
   auto* rows = reinterpret_cast<paged_detail::SharedRows*>(smem);
-  auto* qfrag = reinterpret_cast<uint32_t*>(smem + Tile::kRowInfoBytes);
-  unsigned char* ring = smem + Tile::kRowInfoBytes + Tile::kQBytes;
+  float* merge_facts = reinterpret_cast<float*>(smem + Tile::kRowInfoBytes);
+  auto* qfrag = reinterpret_cast<uint32_t*>(smem + Tile::kRowInfoBytes + Tile::kMergeFactsBytes);
+  unsigned char* ring = smem + Tile::kFixedBytes;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wk = warp / Tile::WV, wv = warp % Tile::WV;
   const int g = lane >> 2, c = lane & 3;
-  const int kv_head = blockIdx.y, split = blockIdx.z;
+  const int split = blockIdx.z;
+  // The CTA's kv heads, taken in turn over the same keys (p.heads_per_cta; ServingParams).
+  const int heads_per_cta = Tile::kHeadsInTurn ? p.heads_per_cta : 1;
+  const int kv_head0 = blockIdx.y * heads_per_cta;
+  const int heads = Tile::kHeadsInTurn ? min(heads_per_cta, p.H - kv_head0) : 1;
 
   RowBlock rb;
   if (!resolve_row_block(p, blockIdx.x, rb)) return;  // the same for every thread of the CTA
 
-  // This split's keys.
+  // This split's keys: num_tiles stages per kv head; the ring streams all heads' tiles in one order
+  // (head-major), so the next head's first stages load under this head's last ones.
   const KeyRange slice = split_slice(block_key_range(p, rb), split, p.num_splits, KS);
   const int num_tiles = slice.end > slice.begin ? (slice.end - slice.begin + KS - 1) / KS : 0;
+  const int total_tiles = num_tiles * heads;
+  // Ring slots the merge at the end of a head needs free: loads of the next head's tiles stop short of them
+  // and catch up after the merge.
+  const int merge_slots = Tile::kMergeInSlots ? Tile::kMergeSlots : stages;
 
   // Stage loader: warp w copies stage rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp); lane i looks row i
   // up (block table, scales) once and the lanes that copy the row get its address by shuffle. Stages are
@@ -255,25 +279,36 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   // of its row kLookAhead stages early (the copy then does not wait on a table load).
   constexpr int kRowsPerWarp = KS / Tile::kWarps;
   const int key_bytes = p.K * Tile::kBytes, value_bytes = p.V * Tile::kBytes;
-  // This kv head's rows and per-token scales: the head term of every key's offset is added once here.
-  const unsigned char* kbase = static_cast<const unsigned char*>(p.k) + kv_head * p.k_head_stride * Tile::kBytes;
-  const unsigned char* vbase = static_cast<const unsigned char*>(p.v) + kv_head * p.v_head_stride * Tile::kBytes;
-  const float* kscale_base = p.k_scale + kv_head * p.k_scale_strides[1];  // strides are 0 unless per token
-  const float* vscale_base = p.v_scale + kv_head * p.v_scale_strides[1];
+  // The first kv head's rows and per-token scales: the head term of every key's offset is added per stage.
+  const unsigned char* kbase0 = static_cast<const unsigned char*>(p.k) + kv_head0 * p.k_head_stride * Tile::kBytes;
+  const unsigned char* vbase0 = static_cast<const unsigned char*>(p.v) + kv_head0 * p.v_head_stride * Tile::kBytes;
+  const float* kscale_base0 = p.k_scale + kv_head0 * p.k_scale_strides[1];  // strides are 0 unless per token
+  const float* vscale_base0 = p.v_scale + kv_head0 * p.v_scale_strides[1];
   const paged_detail::WarpRowCopy<Tile::kKeyRowBytes / 16, kRowsPerWarp> copy_keys(key_bytes, lane);
   const paged_detail::WarpRowCopy<Tile::kValueRowBytes / 16, kRowsPerWarp> copy_values(value_bytes, lane);
   const bool loader_lane = lane < kRowsPerWarp;
   static_assert(kRowsPerWarp < 32, "one bit per row of the warp");
   const bool whole_rows = copy_keys.whole_chunks && copy_values.whole_chunks;
-  int load_key = slice.begin + warp * kRowsPerWarp + lane;  // this lane's row in the next stage to load
+  const int lane_key0 = slice.begin + warp * kRowsPerWarp + lane;  // this lane's row in a head's first stage
+  int loaded = 0;                // stages issued (all heads, in order)
+  int load_tile = 0, load_head = 0;  // the next stage to load: its tile within its head, the head
+  int load_key = lane_key0;      // this lane's row in that stage
   int load_slot = 0;
+  // This lane's row in the stage `a` tiles after tile t of a head (the next head's when past the last
+  // tile; a < 2 wraps at most once).
+  auto key_after = [&](int t, int a) {
+    t += a;
+    return lane_key0 + (t >= num_tiles ? t - num_tiles : t) * KS;
+  };
   // Block-table entries of this lane's rows in the next kLookAhead stages: under full HBM load an entry
   // that misses in L2 can take longer than one stage, and a short CTA has few stages to hide it behind.
+  // Every head of the CTA reads the same keys, so the same entries.
   const int32_t* table_row = table_row_of(p, rb.seq);
   int ahead[Tile::kLookAhead];  // block numbers (a key's slot is recomputed where needed: one register less)
+  static_assert(Tile::kLookAhead <= 2, "key_after wraps once");
 #pragma unroll
   for (int a = 0; a < Tile::kLookAhead; ++a) {
-    const int key = load_key + a * KS;
+    const int key = num_tiles > 0 ? key_after(0, a) : slice.end;
     ahead[a] = loader_lane && key < slice.end ? key_page(p, table_row, key).block : 0;
   }
   const bool k_per_token = kFp8 && p.k_scale_mode == CacheScale::per_token;
@@ -285,10 +320,16 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     load_slot = load_slot + 1 == stages ? 0 : load_slot + 1;
     const int j = load_key;
     const int block = ahead[0];
-    load_key += KS;
+    const unsigned char* kbase = kbase0 + load_head * p.k_head_stride * Tile::kBytes;
+    const unsigned char* vbase = vbase0 + load_head * p.v_head_stride * Tile::kBytes;
+    const float* kscale_base = kscale_base0 + load_head * p.k_scale_strides[1];
+    const float* vscale_base = vscale_base0 + load_head * p.v_scale_strides[1];
+    ++loaded;
+    if (Tile::kHeadsInTurn && ++load_tile == num_tiles) load_tile = 0, ++load_head, load_key = lane_key0;
+    else load_key += KS;
 #pragma unroll
     for (int a = 0; a + 1 < Tile::kLookAhead; ++a) ahead[a] = ahead[a + 1];
-    const int fetch = load_key + (Tile::kLookAhead - 1) * KS;
+    const int fetch = Tile::kHeadsInTurn ? key_after(load_tile, Tile::kLookAhead - 1) : load_key + (Tile::kLookAhead - 1) * KS;
     if (loader_lane && fetch < slice.end) ahead[Tile::kLookAhead - 1] = key_page(p, table_row, fetch).block;
     const int row0 = warp * kRowsPerWarp;
     auto key_chunk = [](int row, int chunk) { return Tile::key_chunk(row, chunk); };
@@ -329,353 +370,379 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   };
 
   // The first stages go out before anything else: staging the rows and query fragments below then costs
-  // no time of its own (it overlaps their latency).
+  // no time of its own (it overlaps their latency). A stage of the next head may be loaded once it leaves
+  // the merge's slots free (head_load_end); one held back is loaded right after the merge, one commit
+  // group each, so the loop's wait (S - 1 newer groups) still covers it.
+  auto load_end = [&](int head) { return min(total_tiles, (head + 1) * num_tiles + stages - merge_slots); };
   for (int t = 0; t < stages - 1; ++t) {
-    if (t < num_tiles) load_stage();
+    if (loaded < load_end(0)) load_stage();
     ptx::cp_async_commit();
   }
 
-  if (tid < Tile::kRows) {
-    const RowInfo ri = row_info(p, rb, kv_head, tid);
-    rows->q_row[tid] = ri.q_row;
-    rows->head[tid] = ri.valid ? ri.head : -1;
-    rows->pos[tid] = ri.pos;
-    rows->lo[tid] = ri.lo;
-    rows->gate_row[tid] = ri.valid ? ri.head * p.total_k + rb.seq.key_start : 0;
-  }
-  __syncthreads();
-
-  // Query fragments in the key-permuted head-dim order (Frag::key_dim), zero past K and in padding rows.
-  // Thread tid fills register tid % 4 of lane tid / 4 in every k-step; kQBatch k-steps of independent
-  // loads at a time.
-  {
-    static_assert(Tile::kThreads == 128, "one query fragment register per thread and k-step");
-    constexpr int kQBatch = Tile::kKSteps < 8 ? Tile::kKSteps : 8;
-    const int ln = tid >> 2, reg = tid & 3;
-    const int r = (ln >> 2) + ((reg & 1) ? 8 : 0), half = reg >> 1;
-    const int head = rows->head[r];
-    const int64_t base = head >= 0 ? rows->q_row[r] * p.q_row_stride + head * p.q_head_stride : 0;
-    // f16 Q K^T on an fp8 cache: row r's q goes in as q * 2^s with its largest element in [2^14, 2^15),
-    // so no element overflows f16 and all but those below 2^-29 of the largest keep full precision. Row r
-    // lives in the 8 threads that differ in tid bits 1-3.
-    float q_mul = 1.f;
-    if constexpr (Tile::kScaleQ) {
-      float amax = 0.f;
-      if (head >= 0) {
-#pragma unroll 4
-        for (int ks = 0; ks < Tile::kKSteps; ++ks)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int d = Frag::key_dim(ks, ln & 3, half, e);
-            if (d < p.K) amax = fmaxf(amax, fabsf(paged_detail::load_qo(p.q, base + d, p.qo_dtype)));
-          }
+  int read_slot = 0;
+  for (int hi = 0; hi < heads; ++hi) {
+    const int kv_head = kv_head0 + hi;
+    const int first_tile = hi * num_tiles;  // this head's first stage in the ring's order
+    if constexpr (Tile::kHeadsInTurn) {
+      while (loaded < min(load_end(hi), first_tile + stages - 1)) {
+        load_stage();
+        ptx::cp_async_commit();
       }
-#pragma unroll
-      for (int m = 2; m <= 8; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-      const int shift = paged_detail::f16_range_shift(amax);
-      q_mul = paged_detail::pow2(shift);
-      if ((tid & 14) == 0) rows->q_unscale[r] = paged_detail::pow2(-shift);
     }
-    for (int ks0 = 0; ks0 < Tile::kKSteps; ks0 += kQBatch) {
-      float x[kQBatch][2];
-#pragma unroll
-      for (int u = 0; u < kQBatch; ++u) {
-        const int d0 = Frag::key_dim(ks0 + u, ln & 3, half, 0), d1 = Frag::key_dim(ks0 + u, ln & 3, half, 1);
-        const bool live = head >= 0 && ks0 + u < Tile::kKSteps;
-        x[u][0] = live && d0 < p.K ? paged_detail::load_qo(p.q, base + d0, p.qo_dtype) * q_mul : 0.f;
-        x[u][1] = live && d1 < p.K ? paged_detail::load_qo(p.q, base + d1, p.qo_dtype) * q_mul : 0.f;
-      }
-#pragma unroll
-      for (int u = 0; u < kQBatch; ++u)
-        if (ks0 + u < Tile::kKSteps) qfrag[(ks0 + u) * 128 + tid] = ptx::pack2<Mma>(x[u][0], x[u][1]);
+    const int head_load_end = load_end(hi);
+
+    if (tid < Tile::kRows) {
+      const RowInfo ri = row_info(p, rb, kv_head, tid);
+      rows->q_row[tid] = ri.q_row;
+      rows->head[tid] = ri.valid ? ri.head : -1;
+      rows->pos[tid] = ri.pos;
+      rows->lo[tid] = ri.lo;
+      rows->gate_row[tid] = ri.valid ? ri.head * p.total_k + rb.seq.key_start : 0;
     }
-  }
-  __syncthreads();  // qfrag and q_unscale complete
-
-  uint32_t qreg[Tile::kQInRegisters ? Tile::kKSteps : 1][4];
-  if constexpr (Tile::kQInRegisters) {
-#pragma unroll
-    for (int ks = 0; ks < Tile::kKSteps; ++ks) lds128(qreg[ks], qfrag + (ks * 32 + lane) * 4);
-  }
-
-  // This lane's two rows (g, g+8): visible keys and the score multiplier (softmax scale in the exp2
-  // domain, per-tensor K scale, the undoing of the query's power-of-two scale).
-  float score_mul = p.scale_log2;
-  if (p.k_scale_mode == CacheScale::per_tensor) score_mul *= p.k_scale[0];
-  float row_mul[2];
-#pragma unroll
-  for (int rs = 0; rs < 2; ++rs) row_mul[rs] = Tile::kScaleQ ? score_mul * rows->q_unscale[g + 8 * rs] : score_mul;
-  // Key j is visible to row rs of this lane when lo <= j <= pos (a padding row has pos -1). The limits are
-  // read from shared memory where needed (edge tiles, the gate): the loop keeps no registers for them.
-  auto visible = [&](int j, int rs) { return j < slice.end && j <= rows->pos[g + 8 * rs] && j >= rows->lo[g + 8 * rs]; };
-  // A warp tile [key0, key0 + 16) needs no mask where this lane's rows see all of it (most tiles); padding
-  // rows, whose results are never written, may then see it too (zero queries: finite scores).
-  int whole_lo = 0, whole_hi = slice.end - 1;
-#pragma unroll
-  for (int rs = 0; rs < 2; ++rs) {
-    if (rows->head[g + 8 * rs] < 0) continue;
-    whole_lo = max(whole_lo, rows->lo[g + 8 * rs]);
-    whole_hi = min(whole_hi, rows->pos[g + 8 * rs]);
-  }
-  // Per-token V: P * scale enters the mma divided by 2^(v_exp - 127), v_exp the largest biased exponent of
-  // the V scales this warp has seen (so the pair stays below 2 in f16); the epilogue multiplies it back.
-  int v_exp = 1;
-
-  SoftmaxRow softmax[2];
-  float acc[Tile::kValueTiles][4];
-#pragma unroll
-  for (int i = 0; i < Tile::kValueTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-
-  for (int tile = 0, read_slot = 0; tile < num_tiles; ++tile, read_slot = read_slot + 1 == stages ? 0 : read_slot + 1) {
-    if (tile + stages - 1 < num_tiles) load_stage();
-    ptx::cp_async_commit();
-    paged_detail::wait_oldest_stage(stages);
     __syncthreads();
 
-    const unsigned char* kst = ring + read_slot * Tile::kStageBytes;
-    const unsigned char* vst = kst + KS * Tile::kKeyRowBytes;
-    const float* kscales = reinterpret_cast<const float*>(vst + KS * Tile::kValueRowBytes);
-    const float* vscales = kscales + KS;
-    const int wrow = wk * Tile::kKeysPerWarp;            // this warp's first key row in the stage
-    const int key0 = slice.begin + tile * KS + wrow;     // its first key (local position)
-
-    // S = Q K^T over this warp's 16 keys: two n-tiles of 8 keys.
-    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    // Query fragments in the key-permuted head-dim order (Frag::key_dim), zero past K and in padding rows.
+    // Thread tid fills register tid % 4 of lane tid / 4 in every k-step; kQBatch k-steps of independent
+    // loads at a time.
+    {
+      static_assert(Tile::kThreads == 128, "one query fragment register per thread and k-step");
+      constexpr int kQBatch = Tile::kKSteps < 8 ? Tile::kKSteps : 8;
+      const int ln = tid >> 2, reg = tid & 3;
+      const int r = (ln >> 2) + ((reg & 1) ? 8 : 0), half = reg >> 1;
+      const int head = rows->head[r];
+      const int64_t base = head >= 0 ? rows->q_row[r] * p.q_row_stride + head * p.q_head_stride : 0;
+      // f16 Q K^T on an fp8 cache: row r's q goes in as q * 2^s with its largest element in [2^14, 2^15),
+      // so no element overflows f16 and all but those below 2^-29 of the largest keep full precision. Row r
+      // lives in the 8 threads that differ in tid bits 1-3.
+      float q_mul = 1.f;
+      if constexpr (Tile::kScaleQ) {
+        float amax = 0.f;
+        if (head >= 0) {
+#pragma unroll 4
+          for (int ks = 0; ks < Tile::kKSteps; ++ks)
 #pragma unroll
-    for (int round = 0; round < Tile::kKeyRounds; ++round) {
-      uint32_t kw[2][4];
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) lds128(kw[nt], kst + Tile::key_chunk(wrow + nt * 8 + g, round * 4 + c));
-#pragma unroll
-      for (int step = 0; step < Frag::kStepsPerKeyLoad; ++step) {
-        const int ks = round * Frag::kStepsPerKeyLoad + step;
-        uint32_t a[4];
-        if constexpr (Tile::kQInRegisters) {
-          a[0] = qreg[ks][0], a[1] = qreg[ks][1], a[2] = qreg[ks][2], a[3] = qreg[ks][3];
-        } else {
-          lds128(a, qfrag + (ks * 32 + lane) * 4);
+            for (int e = 0; e < 2; ++e) {
+              const int d = Frag::key_dim(ks, ln & 3, half, e);
+              if (d < p.K) amax = fmaxf(amax, fabsf(paged_detail::load_qo(p.q, base + d, p.qo_dtype)));
+            }
         }
+#pragma unroll
+        for (int m = 2; m <= 8; m <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        const int shift = paged_detail::f16_range_shift(amax);
+        q_mul = paged_detail::pow2(shift);
+        if ((tid & 14) == 0) rows->q_unscale[r] = paged_detail::pow2(-shift);
+      }
+      for (int ks0 = 0; ks0 < Tile::kKSteps; ks0 += kQBatch) {
+        float x[kQBatch][2];
+#pragma unroll
+        for (int u = 0; u < kQBatch; ++u) {
+          const int d0 = Frag::key_dim(ks0 + u, ln & 3, half, 0), d1 = Frag::key_dim(ks0 + u, ln & 3, half, 1);
+          const bool live = head >= 0 && ks0 + u < Tile::kKSteps;
+          x[u][0] = live && d0 < p.K ? paged_detail::load_qo(p.q, base + d0, p.qo_dtype) * q_mul : 0.f;
+          x[u][1] = live && d1 < p.K ? paged_detail::load_qo(p.q, base + d1, p.qo_dtype) * q_mul : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < kQBatch; ++u)
+          if (ks0 + u < Tile::kKSteps) qfrag[(ks0 + u) * 128 + tid] = ptx::pack2<Mma>(x[u][0], x[u][1]);
+      }
+    }
+    __syncthreads();  // qfrag and q_unscale complete
+
+    uint32_t qreg[Tile::kQInRegisters ? Tile::kKSteps : 1][4];
+    if constexpr (Tile::kQInRegisters) {
+#pragma unroll
+      for (int ks = 0; ks < Tile::kKSteps; ++ks) lds128(qreg[ks], qfrag + (ks * 32 + lane) * 4);
+    }
+
+    // This lane's two rows (g, g+8): visible keys and the score multiplier (softmax scale in the exp2
+    // domain, per-tensor K scale, the undoing of the query's power-of-two scale).
+    float score_mul = p.scale_log2;
+    if (p.k_scale_mode == CacheScale::per_tensor) score_mul *= p.k_scale[0];
+    float row_mul[2];
+#pragma unroll
+    for (int rs = 0; rs < 2; ++rs) row_mul[rs] = Tile::kScaleQ ? score_mul * rows->q_unscale[g + 8 * rs] : score_mul;
+    // Key j is visible to row rs of this lane when lo <= j <= pos (a padding row has pos -1). The limits are
+    // read from shared memory where needed (edge tiles, the gate): the loop keeps no registers for them.
+    auto visible = [&](int j, int rs) { return j < slice.end && j <= rows->pos[g + 8 * rs] && j >= rows->lo[g + 8 * rs]; };
+    // A warp tile [key0, key0 + 16) needs no mask where this lane's rows see all of it (most tiles); padding
+    // rows, whose results are never written, may then see it too (zero queries: finite scores).
+    int whole_lo = 0, whole_hi = slice.end - 1;
+#pragma unroll
+    for (int rs = 0; rs < 2; ++rs) {
+      if (rows->head[g + 8 * rs] < 0) continue;
+      whole_lo = max(whole_lo, rows->lo[g + 8 * rs]);
+      whole_hi = min(whole_hi, rows->pos[g + 8 * rs]);
+    }
+    // Per-token V: P * scale enters the mma divided by 2^(v_exp - 127), v_exp the largest biased exponent of
+    // the V scales this warp has seen (so the pair stays below 2 in f16); the epilogue multiplies it back.
+    int v_exp = 1;
+
+    SoftmaxRow softmax[2];
+    float acc[Tile::kValueTiles][4];
+#pragma unroll
+    for (int i = 0; i < Tile::kValueTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+
+    for (int tile = 0; tile < num_tiles; ++tile, read_slot = read_slot + 1 == stages ? 0 : read_slot + 1) {
+      if (loaded < min(head_load_end, first_tile + tile + stages)) load_stage();
+      ptx::cp_async_commit();
+      paged_detail::wait_oldest_stage(stages);
+      __syncthreads();
+      const unsigned char* kst = ring + read_slot * Tile::kStageBytes;
+      const unsigned char* vst = kst + KS * Tile::kKeyRowBytes;
+      const float* kscales = reinterpret_cast<const float*>(vst + KS * Tile::kValueRowBytes);
+      const float* vscales = kscales + KS;
+      const int wrow = wk * Tile::kKeysPerWarp;            // this warp's first key row in the stage
+      const int key0 = slice.begin + tile * KS + wrow;     // its first key (local position)
+
+      // S = Q K^T over this warp's 16 keys: two n-tiles of 8 keys.
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int round = 0; round < Tile::kKeyRounds; ++round) {
+        uint32_t kw[2][4];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) lds128(kw[nt], kst + Tile::key_chunk(wrow + nt * 8 + g, round * 4 + c));
+#pragma unroll
+        for (int step = 0; step < Frag::kStepsPerKeyLoad; ++step) {
+          const int ks = round * Frag::kStepsPerKeyLoad + step;
+          uint32_t a[4];
+          if constexpr (Tile::kQInRegisters) {
+            a[0] = qreg[ks][0], a[1] = qreg[ks][1], a[2] = qreg[ks][2], a[3] = qreg[ks][3];
+          } else {
+            lds128(a, qfrag + (ks * 32 + lane) * 4);
+          }
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            uint32_t b[2];
+            Frag::key_fragment(kw[nt], step, b);
+            ptx::mma_16816<Mma>(s[nt], a, b);
+          }
+        }
+      }
+
+      // Per-token K scales, then scale and mask; then the gate (decode with g only); then the online
+      // softmax per row.
+      if (k_per_token) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float ks = kscales[wrow + nt * 8 + 2 * c + e];
+            s[nt][e] *= ks, s[nt][2 + e] *= ks;
+          }
+      }
+      if (key0 >= whole_lo && key0 + Tile::kKeysPerWarp - 1 <= whole_hi) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s[nt][i] *= row_mul[i >> 1];
+      } else {
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          uint32_t b[2];
-          Frag::key_fragment(kw[nt], step, b);
-          ptx::mma_16816<Mma>(s[nt], a, b);
-        }
-      }
-    }
-
-    // Per-token K scales, then scale and mask; then the gate (decode with g only); then the online
-    // softmax per row.
-    if (k_per_token) {
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float ks = kscales[wrow + nt * 8 + 2 * c + e];
-          s[nt][e] *= ks, s[nt][2 + e] *= ks;
-        }
-    }
-    if (key0 >= whole_lo && key0 + Tile::kKeysPerWarp - 1 <= whole_hi) {
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s[nt][i] *= row_mul[i >> 1];
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int j = key0 + nt * 8 + 2 * c + e;
-#pragma unroll
-          for (int rs = 0; rs < 2; ++rs) {
-            s[nt][2 * rs + e] = visible(j, rs) ? s[nt][2 * rs + e] * row_mul[rs] : -INFINITY;
-          }
-        }
-      }
-    }
-    if (p.gate_bias) {
-      const int64_t gate_row[2] = {rows->gate_row[g], rows->gate_row[g + 8]};
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-#pragma unroll
-          for (int rs = 0; rs < 2; ++rs) {
+          for (int e = 0; e < 2; ++e) {
             const int j = key0 + nt * 8 + 2 * c + e;
-            if (visible(j, rs)) s[nt][2 * rs + e] += p.gate_bias[gate_row[rs] + j];
+#pragma unroll
+            for (int rs = 0; rs < 2; ++rs) {
+              s[nt][2 * rs + e] = visible(j, rs) ? s[nt][2 * rs + e] * row_mul[rs] : -INFINITY;
+            }
           }
-    }
-    float factor[2];
-#pragma unroll
-    for (int rs = 0; rs < 2; ++rs) {
-      const float m = fmaxf(fmaxf(s[0][2 * rs], s[0][2 * rs + 1]), fmaxf(s[1][2 * rs], s[1][2 * rs + 1]));
-      factor[rs] = softmax[rs].rescale(quad_max(m));
-    }
-    // Per-token V: this tile's V scales (the same 16 in every quad; unloaded keys have 0) may raise v_exp.
-    // Each lane's 4 are read once and later multiplied by the unit once (each serves two rows).
-    float v_scale[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-    if (v_per_token) {
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        const float2 x = *reinterpret_cast<const float2*>(vscales + wrow + nt * 8 + 2 * c);
-        v_scale[nt][0] = x.x, v_scale[nt][1] = x.y;
-      }
-      const float vmax = quad_max(fmaxf(fmaxf(v_scale[0][0], v_scale[0][1]), fmaxf(v_scale[1][0], v_scale[1][1])));
-      const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
-      if (e > v_exp) {  // uniform over the warp
-        const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
-        factor[0] *= down, factor[1] *= down;
-        v_exp = e;
-      }
-    }
-    // Once a row has met its large scores its max rarely moves: skip the accumulator rescale then.
-    if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
-#pragma unroll
-      for (int i = 0; i < Tile::kValueTiles; ++i) {
-        acc[i][0] *= factor[0], acc[i][1] *= factor[0];
-        acc[i][2] *= factor[1], acc[i][3] *= factor[1];
-      }
-    }
-#pragma unroll
-    for (int rs = 0; rs < 2; ++rs) {
-      const float off = softmax[rs].exp_offset();
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pr = ptx::exp2_ftz(s[nt][2 * rs + e] - off);
-          s[nt][2 * rs + e] = pr;
-          softmax[rs].sum += pr;
         }
-    }
-
-    // P as the A operand: keys 2c,2c+1 (a0 row g, a1 row g+8) and 8+2c,8+2c+1 (a2, a3). Per-token V scales
-    // (fp8) ride on P, and P * scale keeps ~22 bits as an f16 hi + lo pair through two mmas (SPEC §6);
-    // without them P is rounded once, as on the 16-bit path.
-    uint32_t pa[4], pa_lo[4];
-    if (v_per_token) {
-      const float v_unit = paged_detail::pow2(127 - v_exp);
+      }
+      if (p.gate_bias) {
+        const int64_t gate_row[2] = {rows->gate_row[g], rows->gate_row[g + 8]};
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) v_scale[nt][0] *= v_unit, v_scale[nt][1] *= v_unit;
-    }
+        for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
+          for (int e = 0; e < 2; ++e)
+#pragma unroll
+            for (int rs = 0; rs < 2; ++rs) {
+              const int j = key0 + nt * 8 + 2 * c + e;
+              if (visible(j, rs)) s[nt][2 * rs + e] += p.gate_bias[gate_row[rs] + j];
+            }
+      }
+      float factor[2];
 #pragma unroll
       for (int rs = 0; rs < 2; ++rs) {
-        if (v_per_token) {
-          const float x0 = s[nt][2 * rs] * v_scale[nt][0];
-          const float x1 = s[nt][2 * rs + 1] * v_scale[nt][1];
-          pa[2 * nt + rs] = ptx::pack2<Mma>(x0, x1);
-          const float2 hi = ptx::unpack2<Mma>(pa[2 * nt + rs]);
-          pa_lo[2 * nt + rs] = ptx::pack2<Mma>(x0 - hi.x, x1 - hi.y);
-        } else {
-          pa[2 * nt + rs] = ptx::pack2<Mma>(s[nt][2 * rs], s[nt][2 * rs + 1]);
+        const float m = fmaxf(fmaxf(s[0][2 * rs], s[0][2 * rs + 1]), fmaxf(s[1][2 * rs], s[1][2 * rs + 1]));
+        factor[rs] = softmax[rs].rescale(quad_max(m));
+      }
+      // Per-token V: this tile's V scales (the same 16 in every quad; unloaded keys have 0) may raise v_exp.
+      // Each lane's 4 are read once and later multiplied by the unit once (each serves two rows).
+      float v_scale[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+      if (v_per_token) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const float2 x = *reinterpret_cast<const float2*>(vscales + wrow + nt * 8 + 2 * c);
+          v_scale[nt][0] = x.x, v_scale[nt][1] = x.y;
+        }
+        const float vmax = quad_max(fmaxf(fmaxf(v_scale[0][0], v_scale[0][1]), fmaxf(v_scale[1][0], v_scale[1][1])));
+        const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
+        if (e > v_exp) {  // uniform over the warp
+          const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
+          factor[0] *= down, factor[1] *= down;
+          v_exp = e;
         }
       }
+      // Once a row has met its large scores its max rarely moves: skip the accumulator rescale then.
+      if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < Tile::kValueTiles; ++i) {
+          acc[i][0] *= factor[0], acc[i][1] *= factor[0];
+          acc[i][2] *= factor[1], acc[i][3] *= factor[1];
+        }
+      }
+#pragma unroll
+      for (int rs = 0; rs < 2; ++rs) {
+        const float off = softmax[rs].exp_offset();
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pr = ptx::exp2_ftz(s[nt][2 * rs + e] - off);
+            s[nt][2 * rs + e] = pr;
+            softmax[rs].sum += pr;
+          }
+      }
+
+      // P as the A operand: keys 2c,2c+1 (a0 row g, a1 row g+8) and 8+2c,8+2c+1 (a2, a3). Per-token V scales
+      // (fp8) ride on P, and P * scale keeps ~22 bits as an f16 hi + lo pair through two mmas (SPEC §6);
+      // without them P is rounded once, as on the 16-bit path.
+      uint32_t pa[4], pa_lo[4];
+      if (v_per_token) {
+        const float v_unit = paged_detail::pow2(127 - v_exp);
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) v_scale[nt][0] *= v_unit, v_scale[nt][1] *= v_unit;
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int rs = 0; rs < 2; ++rs) {
+          if (v_per_token) {
+            const float x0 = s[nt][2 * rs] * v_scale[nt][0];
+            const float x1 = s[nt][2 * rs + 1] * v_scale[nt][1];
+            pa[2 * nt + rs] = ptx::pack2<Mma>(x0, x1);
+            const float2 hi = ptx::unpack2<Mma>(pa[2 * nt + rs]);
+            pa_lo[2 * nt + rs] = ptx::pack2<Mma>(x0 - hi.x, x1 - hi.y);
+          } else {
+            pa[2 * nt + rs] = ptx::pack2<Mma>(s[nt][2 * rs], s[nt][2 * rs + 1]);
+          }
+        }
+      }
+
+      // O += P V over this warp's value dims.
+#pragma unroll
+      for (int round = 0; round < Tile::kValueRounds; ++round) {
+        const int chunk = (wv * VW * Tile::kBytes) / 16 + round * 8 + g;
+        uint32_t v0[4], v1[4], v8[4], v9[4];
+        lds128(v0, vst + Tile::value_chunk(wrow + 2 * c, chunk));
+        lds128(v1, vst + Tile::value_chunk(wrow + 2 * c + 1, chunk));
+        lds128(v8, vst + Tile::value_chunk(wrow + 2 * c + 8, chunk));
+        lds128(v9, vst + Tile::value_chunk(wrow + 2 * c + 9, chunk));
+#pragma unroll
+        for (int t = 0; t < E; ++t) {
+          const uint32_t b[2] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v8, v9, t)};
+          ptx::mma_16816<Mma>(acc[round * E + t], pa, b);
+          if (v_per_token) ptx::mma_16816<Mma>(acc[round * E + t], pa_lo, b);
+        }
+      }
+      __syncthreads();  // this stage is free for the loads of the next iteration
     }
 
-    // O += P V over this warp's value dims.
+    // Merge the WK warps' partial states (same rows, different keys) through shared memory, then write.
+    // Warp w's part ([16][VP]) lies in the (w / kPartsPerSlot)-th most recently consumed slot (no load is in
+    // flight to those, see load_end), or from the ring's start where parts do not fit a slot.
+    const int last_slot = read_slot == 0 ? stages - 1 : read_slot - 1;
+    auto part = [&](int w) -> float* {
+      if constexpr (Tile::kMergeInSlots) {
+        const int back = w / Tile::kPartsPerSlot;
+        const int slot = last_slot - back < 0 ? last_slot - back + stages : last_slot - back;
+        return reinterpret_cast<float*>(ring + slot * Tile::kStageBytes) + (w % Tile::kPartsPerSlot) * Tile::kRows * VP;
+      } else {
+        return reinterpret_cast<float*>(ring) + w * Tile::kRows * VP;
+      }
+    };
+    float* red_max = merge_facts;                                // [WK][16]
+    float* red_sum = red_max + Tile::WK * Tile::kRows;           // [WK][16]
+    float* row_scale = red_sum + Tile::WK * Tile::kRows;         // [16]
+    float* row_lse = row_scale + Tile::kRows;                    // [16]
+    float row_sum[2];
 #pragma unroll
-    for (int round = 0; round < Tile::kValueRounds; ++round) {
-      const int chunk = (wv * VW * Tile::kBytes) / 16 + round * 8 + g;
-      uint32_t v0[4], v1[4], v8[4], v9[4];
-      lds128(v0, vst + Tile::value_chunk(wrow + 2 * c, chunk));
-      lds128(v1, vst + Tile::value_chunk(wrow + 2 * c + 1, chunk));
-      lds128(v8, vst + Tile::value_chunk(wrow + 2 * c + 8, chunk));
-      lds128(v9, vst + Tile::value_chunk(wrow + 2 * c + 9, chunk));
+    for (int rs = 0; rs < 2; ++rs) row_sum[rs] = quad_sum(softmax[rs].sum);
+    if (wv == 0 && c == 0) {
 #pragma unroll
-      for (int t = 0; t < E; ++t) {
-        const uint32_t b[2] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v8, v9, t)};
-        ptx::mma_16816<Mma>(acc[round * E + t], pa, b);
-        if (v_per_token) ptx::mma_16816<Mma>(acc[round * E + t], pa_lo, b);
+      for (int rs = 0; rs < 2; ++rs) {
+        red_max[wk * Tile::kRows + g + 8 * rs] = softmax[rs].max2;
+        red_sum[wk * Tile::kRows + g + 8 * rs] = row_sum[rs];
       }
     }
-    __syncthreads();  // this stage is free for the loads of the next iteration
-  }
-  ptx::cp_async_wait<0>();
-  __syncthreads();
-
-  // Merge the WK warps' partial states (same rows, different keys) through shared memory, then write.
-  float* red = reinterpret_cast<float*>(ring);                 // [WK][16][VP]
-  float* red_max = red + Tile::WK * Tile::kRows * VP;          // [WK][16]
-  float* red_sum = red_max + Tile::WK * Tile::kRows;           // [WK][16]
-  float* row_scale = red_sum + Tile::WK * Tile::kRows;         // [16]
-  float* row_lse = row_scale + Tile::kRows;                    // [16]
-  float row_sum[2];
-#pragma unroll
-  for (int rs = 0; rs < 2; ++rs) row_sum[rs] = quad_sum(softmax[rs].sum);
-  if (wv == 0 && c == 0) {
+    __syncthreads();
+    float* mine = part(wk);
 #pragma unroll
     for (int rs = 0; rs < 2; ++rs) {
-      red_max[wk * Tile::kRows + g + 8 * rs] = softmax[rs].max2;
-      red_sum[wk * Tile::kRows + g + 8 * rs] = row_sum[rs];
+      const int r = g + 8 * rs;
+      float m = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + r]);
+      // 0 for a warp that saw nothing; per-token V: times the unit P * scale was divided by.
+      float factor = exp2f(softmax[rs].max2 - (m == -INFINITY ? 0.f : m));
+      if (v_per_token) factor *= paged_detail::pow2(v_exp - 127);
+#pragma unroll
+      for (int round = 0; round < Tile::kValueRounds; ++round)
+#pragma unroll
+        for (int t = 0; t < E; ++t)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int d = Frag::value_dim(wv * VW + round * 8 * E, 2 * c + e, t);
+            mine[r * VP + Tile::reduce_col(r, d)] = acc[round * E + t][2 * rs + e] * factor;
+          }
     }
-  }
-  __syncthreads();
+    if (tid < Tile::kRows) {
+      float m = -INFINITY, l = 0.f;
 #pragma unroll
-  for (int rs = 0; rs < 2; ++rs) {
-    const int r = g + 8 * rs;
-    float m = -INFINITY;
+      for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + tid]);
+      const float mu = m == -INFINITY ? 0.f : m;
 #pragma unroll
-    for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + r]);
-    // 0 for a warp that saw nothing; per-token V: times the unit P * scale was divided by.
-    float factor = exp2f(softmax[rs].max2 - (m == -INFINITY ? 0.f : m));
-    if (v_per_token) factor *= paged_detail::pow2(v_exp - 127);
-#pragma unroll
-    for (int round = 0; round < Tile::kValueRounds; ++round)
-#pragma unroll
-      for (int t = 0; t < E; ++t)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int d = Frag::value_dim(wv * VW + round * 8 * E, 2 * c + e, t);
-          red[(wk * Tile::kRows + r) * VP + Tile::reduce_col(r, d)] = acc[round * E + t][2 * rs + e] * factor;
-        }
-  }
-  if (tid < Tile::kRows) {
-    float m = -INFINITY, l = 0.f;
-#pragma unroll
-    for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + tid]);
-    const float mu = m == -INFINITY ? 0.f : m;
-#pragma unroll
-    for (int w = 0; w < Tile::WK; ++w) l += red_sum[w * Tile::kRows + tid] * exp2f(red_max[w * Tile::kRows + tid] - mu);
-    float vmul = p.v_scale_mode == CacheScale::per_tensor ? p.v_scale[0] : 1.f;
-    const int head = rows->head[tid];
-    if (p.num_splits == 1) {
-      const bool has_sink = p.sink != nullptr && head >= 0;
-      const RowResult res = finish_row(m, l, has_sink, has_sink ? p.sink[head * p.sink_stride] : 0.f);
-      row_scale[tid] = res.o_scale * vmul;
-    } else {
-      row_scale[tid] = l > 0.f ? vmul / l : 0.f;
-      row_lse[tid] = l > 0.f ? m + log2f(l) : -INFINITY;
+      for (int w = 0; w < Tile::WK; ++w) l += red_sum[w * Tile::kRows + tid] * exp2f(red_max[w * Tile::kRows + tid] - mu);
+      float vmul = p.v_scale_mode == CacheScale::per_tensor ? p.v_scale[0] : 1.f;
+      const int head = rows->head[tid];
+      if (p.num_splits == 1) {
+        const bool has_sink = p.sink != nullptr && head >= 0;
+        const RowResult res = finish_row(m, l, has_sink, has_sink ? p.sink[head * p.sink_stride] : 0.f);
+        row_scale[tid] = res.o_scale * vmul;
+      } else {
+        row_scale[tid] = l > 0.f ? vmul / l : 0.f;
+        row_lse[tid] = l > 0.f ? m + log2f(l) : -INFINITY;
+      }
     }
-  }
-  __syncthreads();
+    __syncthreads();
 
-  // Warp w writes rows w, w + 4, ...; lane l dims l, l + 32, ...: each store is a 32-dim run of one row
-  // (coalesced), the merge-buffer reads of a run are conflict-free (reduce_col permutes dims within
-  // aligned 32s), and the row's facts are read once (no division by V per element).
-  auto merged = [&](int r, int d) {
-    float x = 0.f;
+    // Warp w writes rows w, w + 4, ...; lane l dims l, l + 32, ...: each store is a 32-dim run of one row
+    // (coalesced), the merge-buffer reads of a run are conflict-free (reduce_col permutes dims within
+    // aligned 32s), and the row's facts are read once (no division by V per element).
+    auto merged = [&](int r, int d) {
+      float x = 0.f;
 #pragma unroll
-    for (int w = 0; w < Tile::WK; ++w) x += red[(w * Tile::kRows + r) * VP + Tile::reduce_col(r, d)];
-    return x * row_scale[r];
-  };
-  for (int r = warp; r < Tile::kRows; r += Tile::kWarps) {
-    const int head = rows->head[r];
-    if (head < 0) continue;  // the same for the whole warp
-    if (p.num_splits > 1) {
-      const int64_t row = (static_cast<int64_t>(split) * p.total_q + rows->q_row[r]) * p.HQ + head;
-      float* out = p.o_partial + row * p.V;
-      if (lane == 0) p.lse_partial[row] = row_lse[r];
+      for (int w = 0; w < Tile::WK; ++w) x += part(w)[r * VP + Tile::reduce_col(r, d)];
+      return x * row_scale[r];
+    };
+    for (int r = warp; r < Tile::kRows; r += Tile::kWarps) {
+      const int head = rows->head[r];
+      if (head < 0) continue;  // the same for the whole warp
+      if (p.num_splits > 1) {
+        const int64_t row = (static_cast<int64_t>(split) * p.total_q + rows->q_row[r]) * p.HQ + head;
+        float* out = p.o_partial + row * p.V;
+        if (lane == 0) p.lse_partial[row] = row_lse[r];
 #pragma unroll
-      for (int d = lane; d < VP; d += 32)
-        if (d < p.V) out[d] = merged(r, d);
-    } else {
-      const int64_t out = rows->q_row[r] * p.o_row_stride + head * p.o_head_stride;
+        for (int d = lane; d < VP; d += 32)
+          if (d < p.V) out[d] = merged(r, d);
+      } else {
+        const int64_t out = rows->q_row[r] * p.o_row_stride + head * p.o_head_stride;
 #pragma unroll
-      for (int d = lane; d < VP; d += 32)
-        if (d < p.V) paged_detail::store_qo(p.o, out + d, p.qo_dtype, merged(r, d));
+        for (int d = lane; d < VP; d += 32)
+          if (d < p.V) paged_detail::store_qo(p.o, out + d, p.qo_dtype, merged(r, d));
+      }
     }
+    __syncthreads();  // rows, query fragments and the merge's slots are free for the next head
   }
 }
 

@@ -17,9 +17,10 @@ namespace flashgate::cuda {
 // Shared memory of one mma instantiation, for the planner's choice of pipeline depth.
 struct PagedKernelShape {
   int stage_bytes = 0;    // one pipeline stage (K and V rows of keys_per_stage keys, fp8 scales)
-  int fixed_bytes = 0;    // query fragments and row facts
-  int reduce_bytes = 0;   // the final cross-warp merge, which reuses the stages
+  int fixed_bytes = 0;    // query fragments, row facts, the final merge's row facts
+  int reduce_bytes = 0;   // the final cross-warp merge where it takes the ring from its start (else 0)
   int keys_per_stage = 0;
+  bool heads_in_turn = false;  // takes ServingParams::heads_per_cta > 1
   int smem_bytes(int stages) const {
     const int pipe = stages * stage_bytes;
     return fixed_bytes + (pipe > reduce_bytes ? pipe : reduce_bytes);
@@ -32,7 +33,7 @@ struct PagedMma {
   // Resident CTAs per SM of device `device` at that pipeline depth (raises the kernel's shared memory
   // limit as needed).
   static int occupancy(int stages, int device);
-  // Grid: p.row_blocks x p.H x p.num_splits.
+  // Grid: p.row_blocks x ceil(p.H / p.heads_per_cta) x p.num_splits.
   static void launch(const ServingParams& p, int stages, CUstream_st* stream);
 };
 

@@ -39,9 +39,10 @@ PagedKernelShape PagedMma<C, KP, VP>::shape() {
   using Tile = PagedTile<C, KP, VP>;
   PagedKernelShape s;
   s.stage_bytes = Tile::kStageBytes;
-  s.fixed_bytes = Tile::kRowInfoBytes + Tile::kQBytes;
+  s.fixed_bytes = Tile::kFixedBytes;
   s.reduce_bytes = Tile::kReduceBytes;
   s.keys_per_stage = Tile::KS;
+  s.heads_in_turn = Tile::kHeadsInTurn;
   return s;
 }
 
@@ -68,7 +69,9 @@ void PagedMma<C, KP, VP>::launch(const ServingParams& p, int stages, CUstream_st
   int device = 0;
   FLASHGATE_CUDA_CHECK(cudaGetDevice(&device));
   paged_detail::ensure_smem_limit(paged_mma_kernel<Tile>, bytes, device, PagedMmaState<C, KP, VP>::smem_granted);
-  const dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(p.H), static_cast<unsigned>(p.num_splits));
+  const int head_groups = (p.H + p.heads_per_cta - 1) / p.heads_per_cta;
+  const dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(head_groups),
+                  static_cast<unsigned>(p.num_splits));
   paged_mma_kernel<Tile><<<grid, Tile::kThreads, bytes, stream>>>(p, stages);
   FLASHGATE_CHECK_LAUNCH("paged_mma_kernel");
 }

@@ -70,6 +70,9 @@ struct ServingParams {
   // kv head (G <= 16), or 16 of the G heads of one token (G > 16, `head_blocks` = ceil(G / 16) blocks).
   int rows_per_token = 1, tokens_per_block = 1, head_blocks = 1;
   int64_t row_blocks = 0;                // grid x: upper bound on row blocks (some CTAs find none and exit)
+  // A CTA takes `heads_per_cta` kv heads in turn (grid y = ceil(H / heads_per_cta)): one start per several
+  // heads' keys where a pass has more CTAs than the GPU holds at once.
+  int heads_per_cta = 1;
 
   // Split-KV: each of `num_splits` CTAs per row block covers one slice of the keys. With more than one,
   // partial outputs (normalised by their own sum) and their log2 sums go to the workspace for the merge.

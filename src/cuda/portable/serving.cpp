@@ -72,6 +72,15 @@ int forced_stages() {
   return n > 0 ? std::clamp(n, 2, 4) : 0;
 }
 
+// FLASHGATE_HEADS_PER_CTA=n forces n kv heads per CTA (1..H) on the mma path (tests run several; 0 or unset:
+// the planner's choice).
+int forced_heads_per_cta() {
+  const char* env = std::getenv("FLASHGATE_HEADS_PER_CTA");
+  if (!env || !*env) return 0;
+  const int n = std::atoi(env);
+  return n > 0 ? n : 0;
+}
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // log2(x) for a power of two, else -1.
@@ -108,6 +117,7 @@ struct ServingPlan {
   const cuda::PagedMmaEntry* mma = nullptr;  // nullptr: the fp32 fallback kernel
   int stages = 2;
   int splits = 1;
+  int heads_per_cta = 1;
   bool dependent_merge = false;  // launch the split merge as a programmatic dependent (sm_90+)
   int64_t gate_floats = 0;
   bool empty = false;  // nothing to compute (no query rows)
@@ -120,20 +130,34 @@ struct PlanInputs {
   int64_t context_estimate = 0;  // keys per sequence the split heuristic assumes
 };
 
-// Slices per row block. Only decode and short queries split (a prefill batch fills the GPU by itself); how
-// many: choose_key_slices (serving_splits.h).
-int choose_splits(const ServingParams& p, const PlanInputs& in, const DeviceFacts& dev, int ctas_per_sm,
-                  int keys_per_stage) {
-  if (const int n = forced_splits()) return n;
-  if (!in.decode && p.total_q > kShortQueryTokens * p.num_seqs) return 1;
+// Row blocks that have rows (the grid's x extent is an upper bound): one per sequence for decode, else as if
+// every sequence's tokens filled whole blocks.
+int64_t estimated_row_blocks(const ServingParams& p, const PlanInputs& in) {
   const int64_t token_blocks =
       in.decode ? p.num_seqs : std::max<int64_t>(p.num_seqs, ceil_div(p.total_q, p.tokens_per_block));
+  return token_blocks * p.head_blocks;
+}
+
+// Slices per row block. Only decode and short queries split (a prefill batch fills the GPU by itself); how
+// many: choose_key_slices (serving_splits.h).
+int choose_splits(const ServingParams& p, const PlanInputs& in, int64_t slots, int keys_per_stage) {
+  if (const int n = forced_splits()) return n;
+  if (!in.decode && p.total_q > kShortQueryTokens * p.num_seqs) return 1;
   SliceProblem q;
-  q.ctas = std::max<int64_t>(token_blocks * p.head_blocks * p.H, 1);
-  q.slots = static_cast<int64_t>(dev.sms) * std::max(ctas_per_sm, 1);
+  q.ctas = std::max<int64_t>(estimated_row_blocks(p, in) * p.H, 1);
+  q.slots = slots;
   q.keys = in.context_estimate;
   q.keys_per_stage = keys_per_stage;
   return choose_key_slices(q);
+}
+
+// Kv heads per CTA: choose_heads_per_cta (serving_splits.h) for one pass; split passes have few CTAs.
+int choose_heads(const ServingParams& p, const PlanInputs& in, const cuda::PagedKernelShape& shape, int64_t slots,
+                 int splits) {
+  if (!shape.heads_in_turn) return 1;
+  if (const int n = forced_heads_per_cta()) return std::min(n, p.H);
+  if (splits > 1) return 1;
+  return choose_heads_per_cta(estimated_row_blocks(p, in), p.H, slots);
 }
 
 ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) {
@@ -163,7 +187,9 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   if (ctas_per_sm < 1) return plan;
   plan.mma = entry;
   plan.stages = stages;
-  plan.splits = choose_splits(p, in, dev, ctas_per_sm, shape.keys_per_stage);
+  const int64_t slots = static_cast<int64_t>(dev.sms) * ctas_per_sm;
+  plan.splits = choose_splits(p, in, slots, shape.keys_per_stage);
+  plan.heads_per_cta = choose_heads(p, in, shape, slots, plan.splits);
   plan.dependent_merge = dev.major >= 9;
   return plan;
 }
@@ -177,6 +203,7 @@ size_t carve(const ServingPlan& plan, ServingParams& p, void* base) {
   p.lse_partial = w.take<float>(partial_rows);
   p.gate_bias = gate;
   p.num_splits = plan.splits;
+  p.heads_per_cta = plan.heads_per_cta;
   return w.bytes();
 }
 

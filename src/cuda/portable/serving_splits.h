@@ -1,5 +1,5 @@
-// How many key slices (split-KV, flash-decoding) a serving launch takes: a host-side model of a memory-bound
-// launch, kept apart from the launcher so that CPU tests can pin its choices.
+// How a serving launch divides its work: key slices (split-KV, flash-decoding) and kv heads per CTA, from a
+// host-side model of a memory-bound launch, kept apart from the launcher so that CPU tests can pin its choices.
 #pragma once
 
 #include <algorithm>
@@ -40,6 +40,19 @@ inline int choose_key_slices(const SliceProblem& q) {
     if (best_cost < 0 || cost < best_cost) best = s, best_cost = cost;
   }
   return static_cast<int>(best);
+}
+
+// Kv heads per CTA (taken in turn over the same keys) for a one-pass launch of `row_blocks` x `heads` CTAs.
+// A CTA's start streams nothing for a few microseconds (the first stages' and the query's round trips); a CTA
+// that takes several heads pays it once and loads the next head's first stages under the current head's last
+// ones. Where the pass fits the slots it keeps one head per CTA (more CTAs stream more at once); otherwise the
+// fewest heads per CTA that bring it within the slots, or all of them where even that does not.
+inline int choose_heads_per_cta(int64_t row_blocks, int heads, int64_t slots) {
+  row_blocks = std::max<int64_t>(row_blocks, 1);
+  if (heads <= 1 || row_blocks * heads <= slots) return 1;
+  for (int h = 2; h < heads; ++h)
+    if (row_blocks * ((heads + h - 1) / h) <= slots) return h;
+  return heads;
 }
 
 }  // namespace flashgate::portable
