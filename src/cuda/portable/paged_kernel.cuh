@@ -82,6 +82,11 @@ struct PagedTile {
   // Several kv heads per CTA (ServingParams::heads_per_cta): 16-bit caches only; the fp8 kernels sit at their
   // register bound for 3 CTAs per SM and spilled with the head loop's state.
   static constexpr bool kHeadsInTurn = !Traits::kFp8;
+  // Query fragments by cp.async (16-bit caches with K <= 128, the query held in registers): a pure permuted
+  // copy, issued ahead with the stages, so a head's start does not wait on a query round trip queued behind
+  // its own stages. Elsewhere (fp8 scales each row; wider heads read the fragments every stage) the CTA
+  // stages them through registers at the head's start.
+  static constexpr bool kQByCopy = kHeadsInTurn && kQInRegisters;
   // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
   static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
   // Register budget: 3 CTAs per SM (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to
@@ -374,6 +379,24 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
   // the merge's slots free (head_load_end); one held back is loaded right after the merge, one commit
   // group each, so the loop's wait (S - 1 newer groups) still covers it.
   auto load_end = [&](int head) { return min(total_tiles, (head + 1) * num_tiles + stages - merge_slots); };
+  // Thread tid copies register tid % 4 of lane tid / 4 of every k-step: elements 0 and 1 of key_dim are
+  // adjacent, so a register is one 4-byte piece of a q row (zero-filled past K and in padding rows). Needs
+  // 4-byte aligned pairs; otherwise every head stages through registers.
+  const bool q_by_copy =
+      Tile::kQByCopy && ((reinterpret_cast<uintptr_t>(p.q) & 3) | (p.q_row_stride & 1) | (p.q_head_stride & 1)) == 0;
+  auto copy_queries = [&](int kv_head) {
+    const int ln = tid >> 2, reg = tid & 3;
+    const int r = (ln >> 2) + ((reg & 1) ? 8 : 0), half = reg >> 1;
+    const RowInfo ri = row_info(p, rb, kv_head, r);
+    const auto* row = static_cast<const unsigned char*>(p.q) + (ri.q_row * p.q_row_stride + ri.head * p.q_head_stride) * 2;
+#pragma unroll
+    for (int ks = 0; ks < Tile::kKSteps; ++ks) {
+      const int d0 = Frag::key_dim(ks, ln & 3, half, 0);
+      const int bytes = ri.valid ? min(max(2 * (p.K - d0), 0), 4) : 0;
+      ptx::cp_async_4(qfrag + ks * 128 + tid, bytes ? row + 2 * d0 : p.q, static_cast<uint32_t>(bytes));
+    }
+  };
+  if (q_by_copy) copy_queries(kv_head0);  // joins the first stage's commit group
   for (int t = 0; t < stages - 1; ++t) {
     if (loaded < load_end(0)) load_stage();
     ptx::cp_async_commit();
@@ -401,10 +424,17 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     }
     __syncthreads();
 
-    // Query fragments in the key-permuted head-dim order (Frag::key_dim), zero past K and in padding rows.
-    // Thread tid fills register tid % 4 of lane tid / 4 in every k-step; kQBatch k-steps of independent
-    // loads at a time.
-    {
+    // Query fragments in the key-permuted head-dim order (Frag::key_dim), zero past K and in padding rows,
+    // through registers (see kQByCopy). Thread tid fills register tid % 4 of lane tid / 4 in every k-step;
+    // kQBatch k-steps of independent loads at a time.
+    uint32_t qreg[Tile::kQInRegisters ? Tile::kKSteps : 1][4];
+    auto load_qreg = [&]() {
+      if constexpr (Tile::kQInRegisters) {
+#pragma unroll
+        for (int ks = 0; ks < Tile::kKSteps; ++ks) lds128(qreg[ks], qfrag + (ks * 32 + lane) * 4);
+      }
+    };
+    if (!q_by_copy) {
       static_assert(Tile::kThreads == 128, "one query fragment register per thread and k-step");
       constexpr int kQBatch = Tile::kKSteps < 8 ? Tile::kKSteps : 8;
       const int ln = tid >> 2, reg = tid & 3;
@@ -445,13 +475,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
         for (int u = 0; u < kQBatch; ++u)
           if (ks0 + u < Tile::kKSteps) qfrag[(ks0 + u) * 128 + tid] = ptx::pack2<Mma>(x[u][0], x[u][1]);
       }
-    }
-    __syncthreads();  // qfrag and q_unscale complete
-
-    uint32_t qreg[Tile::kQInRegisters ? Tile::kKSteps : 1][4];
-    if constexpr (Tile::kQInRegisters) {
-#pragma unroll
-      for (int ks = 0; ks < Tile::kKSteps; ++ks) lds128(qreg[ks], qfrag + (ks * 32 + lane) * 4);
+      __syncthreads();  // qfrag and q_unscale complete
+      load_qreg();
     }
 
     // This lane's two rows (g, g+8): visible keys and the score multiplier (softmax scale in the exp2
@@ -486,7 +511,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
       if (loaded < min(head_load_end, first_tile + tile + stages)) load_stage();
       ptx::cp_async_commit();
       paged_detail::wait_oldest_stage(stages);
+      // By copy, this head's query fragments joined the group of the previous head's second iteration (the
+      // load of tile + S): this stage's group or an older one, unless the head has fewer stages than the ring.
+      if (q_by_copy && tile == 0 && hi > 0 && num_tiles < stages) ptx::cp_async_wait<0>();
       __syncthreads();
+      if (q_by_copy && tile == 0) load_qreg();
       const unsigned char* kst = ring + read_slot * Tile::kStageBytes;
       const unsigned char* vst = kst + KS * Tile::kKeyRowBytes;
       const float* kscales = reinterpret_cast<const float*>(vst + KS * Tile::kValueRowBytes);
@@ -646,6 +675,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
         }
       }
       __syncthreads();  // this stage is free for the loads of the next iteration
+      // Every warp has its query registers: the next head's fragments may replace them (they join the next
+      // commit group).
+      if (q_by_copy && tile == 0 && hi + 1 < heads) copy_queries(kv_head + 1);
     }
 
     // Merge the WK warps' partial states (same rows, different keys) through shared memory, then write.
@@ -744,6 +776,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
     }
     __syncthreads();  // rows, query fragments and the merge's slots are free for the next head
   }
+  ptx::cp_async_wait<0>();  // a CTA without keys still has its query copies in flight
 }
 
 }  // namespace flashgate::cuda
