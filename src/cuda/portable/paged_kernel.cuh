@@ -4,9 +4,13 @@
 // - Memory-bound: the goal is to read every K/V byte once at close to copy bandwidth. A CTA owns 16 query
 //   rows that share one kv head (decode: the G heads of one token; verify: 16/G tokens x G heads; G > 16:
 //   16 heads of one token) and one slice of the keys (split-KV), so each K/V byte feeds up to 16 rows.
+//   16-bit caches: a CTA may take several kv heads in turn over the same keys (ServingParams::heads_per_cta),
+//   streaming all their stages through one ring, so a short context pays one CTA start for several heads.
 // - 4 warps. Head dims up to 128: each warp takes its own 16 keys of every 64-key stage (WK = 4) and keeps
 //   o for all value dims (64 fp32 registers). Wider values split the dims over WV warps that redo Q K^T
 //   (WV = V/128, WK = 4/WV). The warps' partial softmax states merge through shared memory at the end.
+// - Query fragments: 16-bit caches with K <= 128 copy them with cp.async ahead of need (kQByCopy); fp8 scales
+//   each query row into f16 range first, so it (and wider heads) stage them through registers.
 // - K/V rows are copied with 16-byte cp.async into a multi-stage ring (2-4 stages, chosen on the host from
 //   the device's shared memory), row by row through the block table, so a page of any size and any strides
 //   works; rows outside the slice and the padding dims past K or V are zero-filled by the same copies
