@@ -46,18 +46,22 @@ __device__ __forceinline__ void merge_split_row(const float* lse, int64_t lse_st
   z = warp_sum(z);
   __syncwarp();
   const RowResult res = finish_row(m, z, has_sink, sink);
+  // A select, not a branch: an empty slice weighs 0 whatever its partial holds.
+  auto take = [](float w, float part) { return w != 0.f ? w * part : 0.f; };
   for (int d = dim_begin + lane; d < dim_end; d += 32) {
     float x = 0.f;
-    for (int s0 = 0; s0 < splits; s0 += kSplitBatch) {
+    // Whole batches first: kSplitBatch loads with no predicate, all issued before the first add (with a
+    // predicate per split and `if (w != 0) x += ...` the compiler put each load next to its add, one round
+    // trip per split: 17 us for the 33 splits of one 128K sequence, 23 us for fp8's 49, in ncu).
+    int s0 = 0;
+    for (; s0 + kSplitBatch <= splits; s0 += kSplitBatch) {
       float part[kSplitBatch];
 #pragma unroll
-      for (int u = 0; u < kSplitBatch; ++u) part[u] = s0 + u < splits ? o[(s0 + u) * o_stride + d] : 0.f;
+      for (int u = 0; u < kSplitBatch; ++u) part[u] = __ldcg(o + (s0 + u) * o_stride + d);
 #pragma unroll
-      for (int u = 0; u < kSplitBatch; ++u) {
-        const float w = s0 + u < splits ? weights[s0 + u] : 0.f;
-        if (w != 0.f) x += w * part[u];  // an empty slice weighs 0 whatever its partial holds
-      }
+      for (int u = 0; u < kSplitBatch; ++u) x += take(weights[s0 + u], part[u]);
     }
+    for (; s0 < splits; ++s0) x += take(weights[s0], __ldcg(o + s0 * o_stride + d));
     out(d, x * res.o_scale);
   }
 }
