@@ -92,8 +92,10 @@ def plots(out, outdir):
     tr = {r["row"]: r for r in out.get("training", [])}
 
     def series(row_names, xs, key, path, xlabel, title):
-        fig, ax = plt.subplots(figsize=(7, 4))
         names = sorted({n for rn in row_names if rn in tr for n in tr[rn]["contenders"]})
+        if not names:  # a run without these rows (e.g. --only serving) gets no empty plot
+            return
+        fig, ax = plt.subplots(figsize=(7, 4))
         for n in names:
             pts = [(x, tr[rn]["contenders"][n].get(key)) for x, rn in zip(xs, row_names)
                    if rn in tr and tr[rn]["contenders"].get(n, {}).get("status") == "ok"]

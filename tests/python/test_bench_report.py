@@ -1,4 +1,5 @@
-"""bench/report.py's fp8 table: flashgate's fp8 rows against its bf16 row of the same case (tokens/s)."""
+"""bench/report.py: the fp8 table (flashgate's fp8 rows against its bf16 row of the same case, tokens/s) and
+which plots a run gets."""
 import importlib.util
 import pathlib
 
@@ -35,3 +36,10 @@ def test_fp8_rows_against_the_bf16_row_of_their_case(report):
 
 def test_no_fp8_rows_no_table(report):
     assert report.fp8_table([_row("decode", "bf16", "B8", 0.3, 900.0)]) == ""
+
+
+def test_serving_only_run_gets_no_training_plots(report, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = {"ceilings": {"copy_gbps": 4000.0}, "serving": [_row("paged", "bf16", "B8", 0.3, 1000.0)]}
+    assert report.plots(out, str(tmp_path)) == ["serving_gbps.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["serving_gbps.png"]
