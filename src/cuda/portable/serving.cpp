@@ -54,32 +54,22 @@ DeviceFacts device_facts(int device) {
   return cache[slot];
 }
 
-// FLASHGATE_NUM_SPLITS=n forces n key slices on the mma path (tests compare every split choice; 0 or
-// unset: the heuristic).
-int forced_splits() {
-  const char* env = std::getenv("FLASHGATE_NUM_SPLITS");
-  if (!env || !*env) return 0;
-  const int n = std::atoi(env);
-  return n > 0 ? std::min(n, kMaxKeySlices) : 0;
-}
-
-// FLASHGATE_SERVING_STAGES=n forces a pipeline depth of n (2..4; less where a CTA's shared memory does not
-// hold it) on the mma path (tests run every depth; 0 or unset: the planner's choice).
-int forced_stages() {
-  const char* env = std::getenv("FLASHGATE_SERVING_STAGES");
-  if (!env || !*env) return 0;
-  const int n = std::atoi(env);
-  return n > 0 ? std::clamp(n, 2, 4) : 0;
-}
-
-// FLASHGATE_HEADS_PER_CTA=n forces n kv heads per CTA (1..H) on the mma path (tests run several; 0 or unset:
-// the planner's choice).
-int forced_heads_per_cta() {
-  const char* env = std::getenv("FLASHGATE_HEADS_PER_CTA");
-  if (!env || !*env) return 0;
-  const int n = std::atoi(env);
+// A positive integer from the environment, else 0 (unset, empty or not positive: the planner decides).
+int env_count(const char* name) {
+  const char* env = std::getenv(name);
+  const int n = env && *env ? std::atoi(env) : 0;
   return n > 0 ? n : 0;
 }
+
+// Overrides for tests and measurements, on the mma path: FLASHGATE_NUM_SPLITS=n key slices (tests compare
+// every split choice), FLASHGATE_SERVING_STAGES=n pipeline stages (2..4; less where a CTA's shared memory
+// does not hold them), FLASHGATE_HEADS_PER_CTA=n kv heads per CTA (1..H).
+int forced_splits() { return std::min(env_count("FLASHGATE_NUM_SPLITS"), kMaxKeySlices); }
+int forced_stages() {
+  const int n = env_count("FLASHGATE_SERVING_STAGES");
+  return n ? std::clamp(n, 2, 4) : 0;
+}
+int forced_heads_per_cta() { return env_count("FLASHGATE_HEADS_PER_CTA"); }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
