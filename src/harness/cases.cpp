@@ -197,6 +197,7 @@ std::string DecodeConfig::describe() const {
   if (sink) s << " sink";
   if (window) s << " window" << *window;
   if (row_pad) s << " strided";
+  if (q_row_pad) s << " q-strided";
   return s.str();
 }
 
@@ -204,7 +205,7 @@ DecodeCase DecodeCase::random(const DecodeConfig& cfg, Rng& rng) {
   DecodeCase c;
   c.cfg = cfg;
   const int64_t N = static_cast<int64_t>(cfg.seqlens.size()), T = cfg.total();
-  c.q = OwnedTensor(cfg.dtype, {N, cfg.heads, cfg.head_dim}, Device::cpu, cfg.row_pad);
+  c.q = OwnedTensor(cfg.dtype, {N, cfg.heads, cfg.head_dim}, Device::cpu, cfg.row_pad ? cfg.row_pad : cfg.q_row_pad);
   c.k = OwnedTensor(cfg.dtype, {T, cfg.kv_heads, cfg.head_dim}, Device::cpu, cfg.row_pad);
   c.v = OwnedTensor(cfg.dtype, {T, cfg.kv_heads, cfg.v_dim}, Device::cpu, cfg.row_pad);
   for (OwnedTensor* t : {&c.q, &c.k, &c.v}) t->fill_normal(rng);
@@ -236,7 +237,7 @@ DecodeCase DecodeCase::to_f64() const {
   DecodeCase c;
   c.cfg = cfg;
   c.cfg.dtype = DType::f64;
-  c.cfg.row_pad = 0;
+  c.cfg.row_pad = c.cfg.q_row_pad = 0;
   c.q = as_f64(q), c.k = as_f64(k), c.v = as_f64(v), c.cu_seqlens = as_f64(cu_seqlens);
   c.g = as_f64(g), c.sink = as_f64(sink), c.o = as_f64(o);
   return c;
@@ -268,6 +269,7 @@ std::string PagedConfig::describe() const {
   if (sink) s << " sink";
   if (window) s << " window" << *window;
   if (token_spread != 1.0) s << " spread" << token_spread;
+  if (q_row_pad) s << " q-strided";
   return s.str();
 }
 
@@ -306,7 +308,7 @@ PagedCase PagedCase::random(const PagedConfig& cfg, Rng& rng) {
   c.cu_seqlens_q = OwnedTensor(DType::i32, {N + 1});
   c.cu_seqlens_q.fill_index(offsets_of(cfg.query_lens));
 
-  c.q = OwnedTensor(cfg.dtype, {cfg.total_q(), cfg.heads, cfg.head_dim});
+  c.q = OwnedTensor(cfg.dtype, {cfg.total_q(), cfg.heads, cfg.head_dim}, Device::cpu, cfg.q_row_pad);
   c.q.fill_normal(rng);
   const DType fdt = cfg.dtype == DType::f64 ? DType::f64 : DType::f32;
   if (cfg.sink) {
@@ -411,6 +413,7 @@ PagedCase PagedCase::to_f64() const {
   PagedCase c;
   c.cfg = cfg;
   c.cfg.dtype = DType::f64;
+  c.cfg.q_row_pad = 0;
   c.q = as_f64(q), c.k_cache = as_f64(k_cache), c.v_cache = as_f64(v_cache);
   c.block_table = as_f64(block_table), c.seq_lens_k = as_f64(seq_lens_k), c.cu_seqlens_q = as_f64(cu_seqlens_q);
   c.sink = as_f64(sink), c.k_scale = as_f64(k_scale), c.v_scale = as_f64(v_scale), c.o = as_f64(o);

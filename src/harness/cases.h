@@ -60,6 +60,7 @@ struct DecodeConfig {
   std::optional<int64_t> window;
   std::optional<float> scale;
   int64_t row_pad = 0;
+  int64_t q_row_pad = 0;  // >0 (without row_pad): only q gets padded rows; an odd pad breaks 4-byte query pairs
 
   std::string describe() const;
   int64_t total() const;
@@ -93,6 +94,7 @@ struct PagedConfig {
   bool shuffle_blocks = true;   // a random permutation for the block table
   bool nan_unused = true;       // NaN in every cache and scale slot no sequence uses
   double token_spread = 1.0;    // per-token magnitudes drawn log-uniformly in [1/spread, 1]
+  int64_t q_row_pad = 0;        // >0: q gets padded rows; an odd pad breaks 4-byte query pairs
 
   std::string describe() const;
   int64_t total_q() const;

@@ -233,6 +233,26 @@ TEST(DecodeCuda, EveryHeadsPerCtaAgrees) {
       }
 }
 
+// Query rows whose 4-byte element pairs are unaligned (q padded by one element per row, k/v aligned) take the
+// mma path with the query staged through registers instead of copied, at one and at several heads per CTA.
+TEST(DecodeCuda, UnalignedQueryRows) {
+  FLASHGATE_REQUIRE_GPU();
+  for (int64_t dims : {64, 128}) {
+    DecodeConfig c = base();
+    c.head_dim = c.v_dim = dims;
+    c.q_row_pad = 1;
+    c.sink = true;
+    const uint64_t seed = flashgate::harness::fresh_seed();
+    SCOPED_TRACE(seed_note(seed, c));
+    const Reference r = reference(c, seed);
+    for (int heads : {1, 2}) {
+      SCOPED_TRACE("heads per CTA " + std::to_string(heads));
+      ForcedHeadsPerCta forced(heads);
+      fgtest::expect_close("o", run_gpu(r.host), r.o, kTolerance);
+    }
+  }
+}
+
 // With validate off, offsets that decrease or point past T are bounded in the kernels (garbage out, no
 // out-of-range read), on the mma path, the fallback and with splits.
 TEST(DecodeCuda, BadOffsetsAreNeverDereferenced) {

@@ -447,6 +447,23 @@ TEST(PagedCuda, EveryHeadsPerCtaAgrees) {
     }
 }
 
+// Unaligned query pairs (q padded by one element per row; the caches aligned): the query is staged through
+// registers at every head's start instead of copied.
+TEST(PagedCuda, UnalignedQueryRows) {
+  FLASHGATE_REQUIRE_GPU();
+  PagedConfig c = base();
+  c.heads = 8, c.kv_heads = 4;
+  c.q_row_pad = 1;
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE(seed_note(seed, c));
+  const Reference r = reference(c, seed);
+  for (int heads : {1, 2, 4}) {
+    SCOPED_TRACE("heads per CTA " + std::to_string(heads));
+    ForcedHeadsPerCta forced(heads);
+    expect_matches(run_gpu(r.host), r.o, c);
+  }
+}
+
 // The heuristic's own choice on a shape that splits (few sequences, long contexts), window included.
 TEST(PagedCuda, HeuristicSplitsLongVerify) {
   FLASHGATE_REQUIRE_GPU();
