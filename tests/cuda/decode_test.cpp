@@ -24,8 +24,8 @@ using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
 using fgtest::ForcedHeadsPerCta;
+using fgtest::ForcedServingPlan;
 using fgtest::ForcedSplits;
-using fgtest::ForcedStages;
 using fgtest::on;
 using fgtest::seed_note;
 using flashgate::harness::DecodeCase;
@@ -224,11 +224,8 @@ TEST(DecodeCuda, EveryHeadsPerCtaAgrees) {
   for (int heads : {1, 2, 3})
     for (int stages : {2, 3, 4})
       for (int splits : {1, 2}) {
-        SCOPED_TRACE("heads per CTA " + std::to_string(heads) + ", stages " + std::to_string(stages) +
-                     ", splits " + std::to_string(splits));
-        ForcedHeadsPerCta forced_heads(heads);
-        ForcedStages depth(stages);
-        ForcedSplits forced(splits);
+        const ForcedServingPlan forced(heads, stages, splits);
+        SCOPED_TRACE(forced.note);
         fgtest::expect_close("o", run_gpu(r.host), r.o, kTolerance);
       }
 }

@@ -29,8 +29,8 @@ using flashgate::Device;
 using flashgate::DType;
 using flashgate::Launch;
 using fgtest::ForcedHeadsPerCta;
+using fgtest::ForcedServingPlan;
 using fgtest::ForcedSplits;
-using fgtest::ForcedStages;
 using fgtest::on;
 using fgtest::seed_note;
 using flashgate::detail::ScaleMode;
@@ -405,9 +405,8 @@ TEST(PagedCuda, EveryPipelineDepthAgrees) {
       const Reference r = reference(c, seed);
       for (int stages : {2, 3, 4})
         for (int splits : {1, 3}) {
-          SCOPED_TRACE("stages " + std::to_string(stages) + ", splits " + std::to_string(splits));
-          ForcedStages depth(stages);
-          ForcedSplits forced(splits);
+          const ForcedServingPlan forced(0, stages, splits);
+          SCOPED_TRACE(forced.note);
           expect_matches(run_gpu(r.host), r.o, c);
         }
     }
@@ -437,11 +436,8 @@ TEST(PagedCuda, EveryHeadsPerCtaAgrees) {
       for (int heads : {1, 2, 3, 5})
         for (int stages : {2, 3, 4})
           for (int splits : {1, 3}) {
-            SCOPED_TRACE("heads per CTA " + std::to_string(heads) + ", stages " + std::to_string(stages) +
-                         ", splits " + std::to_string(splits));
-            ForcedHeadsPerCta forced_heads(heads);
-            ForcedStages depth(stages);
-            ForcedSplits forced(splits);
+            const ForcedServingPlan forced(heads, stages, splits);
+            SCOPED_TRACE(forced.note);
             expect_matches(run_gpu(r.host), r.o, c);
           }
     }

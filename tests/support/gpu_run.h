@@ -45,6 +45,17 @@ struct ForcedStages : ScopedEnv {
 struct ForcedHeadsPerCta : ScopedEnv {
   explicit ForcedHeadsPerCta(int n) : ScopedEnv("FLASHGATE_HEADS_PER_CTA", std::to_string(n)) {}
 };
+// All three at once (0: the planner's choice), with a note for SCOPED_TRACE naming the forced ones.
+struct ForcedServingPlan {
+  ForcedServingPlan(int heads_per_cta, int stages, int splits)
+      : heads(heads_per_cta), depth(stages), slices(splits),
+        note((heads_per_cta ? "heads per CTA " + std::to_string(heads_per_cta) + ", " : std::string()) + "stages " +
+             std::to_string(stages) + ", splits " + std::to_string(splits)) {}
+  ForcedHeadsPerCta heads;
+  ForcedStages depth;
+  ForcedSplits slices;
+  std::string note;
+};
 
 // `o` of the fp64 reference: `op(args, launch)` on the cpu backend over a float64 copy of `host`.
 template <class Case, class Op>
