@@ -11,8 +11,6 @@
 
 namespace flashgate::cuda {
 
-constexpr int kMaxMergeSplits = 256;
-
 __device__ __forceinline__ float warp_max(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
@@ -25,45 +23,42 @@ __device__ __forceinline__ float warp_sum(float x) {
 }
 
 // Merges `splits` partials of one row (lse at lse[s * lse_stride], o at o[s * o_stride + d]) into
-// out(d, value) for d in [dim_begin, dim_end), one dim per lane. `weights` is per-warp shared scratch of
-// kMaxMergeSplits floats. The partials are read kSplitBatch splits at a time with independent loads: the
-// kernel is latency-bound (a long context has tens of splits per row), not bandwidth-bound.
+// out(d, value) for d = dim_begin + lane < dim_end (one dim per lane, at most 32 per call). The kernel is
+// latency-bound (a long context has tens of splits per row), so the splits go in batches of kSplitBatch
+// whose lse values (two per lane) and partials (one per split for the lane's dim) are all in flight before
+// any is used: up to 64 splits cost one round trip. Batches combine like the online softmax (running max,
+// rescaled sums); a lane's weight reaches the others by shuffle.
 template <class Store>
 __device__ __forceinline__ void merge_split_row(const float* lse, int64_t lse_stride, const float* o, int64_t o_stride,
                                                 int splits, int dim_begin, int dim_end, bool has_sink, float sink,
-                                                float* weights, Store&& out) {
-  constexpr int kSplitBatch = 16;  // 33 splits (one 128K sequence on 132 SMs): 3 round trips, not 5
+                                                Store&& out) {
+  constexpr int kSplitBatch = 64;
   const int lane = threadIdx.x & 31;
-  float m = -INFINITY;
-  for (int s = lane; s < splits; s += 32) m = fmaxf(m, lse[s * lse_stride]);
-  m = warp_max(m);
-  float z = 0.f;
-  for (int s = lane; s < splits; s += 32) {
-    const float w = m == -INFINITY ? 0.f : exp2f(lse[s * lse_stride] - m);
-    weights[s] = w;
-    z += w;
-  }
-  z = warp_sum(z);
-  __syncwarp();
-  const RowResult res = finish_row(m, z, has_sink, sink);
-  // A select, not a branch: an empty slice weighs 0 whatever its partial holds.
+  const int d = min(dim_begin + lane, dim_end - 1);  // lanes past the dims read a valid address, store nothing
+  // Indices past the last split repeat it, so that every load is unpredicated (predicated ones were put next
+  // to their adds by the compiler: one round trip per split, 17 us for one 128K sequence's 33 splits in
+  // ncu); their weight is 0.
+  auto at = [&](int s) { return min(s, splits - 1); };
+  // A select, not a branch: an empty slice (or a repeated index) weighs 0 whatever its partial holds.
   auto take = [](float w, float part) { return w != 0.f ? w * part : 0.f; };
-  for (int d = dim_begin + lane; d < dim_end; d += 32) {
-    float x = 0.f;
-    // Whole batches first: kSplitBatch loads with no predicate, all issued before the first add (with a
-    // predicate per split and `if (w != 0) x += ...` the compiler put each load next to its add, one round
-    // trip per split: 17 us for the 33 splits of one 128K sequence, 23 us for fp8's 49, in ncu).
-    int s0 = 0;
-    for (; s0 + kSplitBatch <= splits; s0 += kSplitBatch) {
-      float part[kSplitBatch];
+  float m = -INFINITY, z = 0.f, x = 0.f;  // running max of lse, sum of weights and o numerator relative to it
+  for (int s0 = 0; s0 < splits; s0 += kSplitBatch) {
+    const float l0 = __ldcg(lse + at(s0 + lane) * lse_stride), l1 = __ldcg(lse + at(s0 + 32 + lane) * lse_stride);
+    float part[kSplitBatch];
 #pragma unroll
-      for (int u = 0; u < kSplitBatch; ++u) part[u] = __ldcg(o + (s0 + u) * o_stride + d);
+    for (int u = 0; u < kSplitBatch; ++u) part[u] = __ldcg(o + at(s0 + u) * o_stride + d);
+    const float lse0 = s0 + lane < splits ? l0 : -INFINITY, lse1 = s0 + 32 + lane < splits ? l1 : -INFINITY;
+    const float m_new = fmaxf(m, warp_max(fmaxf(lse0, lse1)));
+    if (m_new == -INFINITY) continue;  // no slice with keys yet (the same in every lane)
+    const float rescale = exp2f(m - m_new);  // 0 while m is -inf
+    x *= rescale, z *= rescale, m = m_new;
+    const float w0 = exp2f(lse0 - m), w1 = exp2f(lse1 - m);  // weights of splits s0 + lane, s0 + 32 + lane
+    z += warp_sum(w0 + w1);
 #pragma unroll
-      for (int u = 0; u < kSplitBatch; ++u) x += take(weights[s0 + u], part[u]);
-    }
-    for (; s0 < splits; ++s0) x += take(weights[s0], __ldcg(o + s0 * o_stride + d));
-    out(d, x * res.o_scale);
+    for (int u = 0; u < kSplitBatch; ++u) x += take(__shfl_sync(0xffffffffu, u < 32 ? w0 : w1, u & 31), part[u]);
   }
+  const RowResult res = finish_row(m, z, has_sink, sink);
+  if (dim_begin + lane < dim_end) out(dim_begin + lane, x * res.o_scale);
 }
 
 }  // namespace flashgate::cuda

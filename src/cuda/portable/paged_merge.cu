@@ -14,7 +14,6 @@ namespace {
 constexpr int kWarps = 4;
 
 __global__ void __launch_bounds__(kWarps * 32) paged_merge_kernel(const ServingParams p) {
-  __shared__ float weights[kWarps][kMaxMergeSplits];
   const int warp = threadIdx.x / 32;
   const int dim_slices = (p.V + 31) / 32;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp;  // (query row, query head, slice)
@@ -29,7 +28,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_merge_kernel(const ServingP
   const int64_t out = q_row * p.o_row_stride + head * p.o_head_stride;
   ptx::grid_dependency_wait();  // the split kernel's partials (this grid may start during its last CTAs)
   merge_split_row(p.lse_partial + row, rows, p.o_partial + row * p.V, rows * p.V, p.num_splits, dim_begin,
-                  min(dim_begin + 32, p.V), has_sink, sink, weights[warp], [&](int d, float x) {
+                  min(dim_begin + 32, p.V), has_sink, sink, [&](int d, float x) {
                     if (p.qo_dtype == DType::bf16) static_cast<__nv_bfloat16*>(p.o)[out + d] = __float2bfloat16_rn(x);
                     else if (p.qo_dtype == DType::f16) static_cast<__half*>(p.o)[out + d] = __float2half_rn(x);
                     else static_cast<float*>(p.o)[out + d] = x;

@@ -7,7 +7,7 @@
 
 namespace flashgate::portable {
 
-inline constexpr int kMaxKeySlices = 128;           // within the merge kernel's limit (kMaxMergeSplits)
+inline constexpr int kMaxKeySlices = 128;           // bounds the partials' workspace and the merge's reads
 inline constexpr int64_t kMinKeysPerSlice = 512;
 // A CTA's start and drain (launch, the first stages' latency, the epilogue) in stages of keys: ~9 us against
 // ~31 us for 1024 keys in the H200 fit of version 4 (docs/perf-notes.md), about 4 stages of 64 keys.
