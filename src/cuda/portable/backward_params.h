@@ -74,7 +74,8 @@ inline constexpr bool kSm8xDevicePass = false;
 //                           32 B); dP's always is;
 //                           kDqBulk: on sm_90 a step's dQ tile goes to shared memory and from there into
 //                           dq_acc by one bulk reduction per row (the copy engine adds it; no atomics in the
-//                           warps' load/store queues); D64 (it fits next to two stages at D128 too, but measured slower there);
+//                           warps' load/store queues); D64 only (it fits next to two stages at D128 too, but
+//                           measured slower there);
 //   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns;
 //                           kMinBlocksDq CTAs per SM (2 fit in 128 registers without spills at D64/D128).
 template <int kD>
