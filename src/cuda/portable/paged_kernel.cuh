@@ -66,7 +66,10 @@ struct PagedTile {
   static constexpr int kKeyRounds = KP / Frag::kDimsPerKeyRound;
   static constexpr int kValueRounds = VW / (8 * E);
   static constexpr int kValueTiles = VW / 8;
-  static constexpr bool kQInRegisters = KP <= 128;
+  // fp8 D128 runs 4 CTAs per SM (16 warps): its loop is latency-bound at 3 (docs/perf-notes.md, session 6),
+  // so it reads the query fragments from shared memory every stage (8 loads) to fit 128 registers.
+  static constexpr bool kFourCtas = Traits::kFp8 && KP == 128 && VP == 128;
+  static constexpr bool kQInRegisters = KP <= 128 && !kFourCtas;
   static constexpr bool kScaleSlots = Traits::kFp8;    // per-token scales staged next to the rows
   static constexpr bool kScaleQ = Traits::kFp8;        // f16 Q K^T with a cache of any range: scale Q rows
   static constexpr int kStageBytes = KS * (kKeyRowBytes + kValueRowBytes) + (kScaleSlots ? 2 * KS * 4 : 0);
@@ -93,9 +96,10 @@ struct PagedTile {
   static constexpr bool kQByCopy = kHeadsInTurn && kQInRegisters;
   // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
   static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
-  // Register budget: 3 CTAs per SM (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to
-  // D256, D64); elsewhere it holds 2, and up to 255 registers avoid spills.
-  static constexpr int kMinBlocksPerSM = (Traits::kFp8 && VP <= 256) || VP <= 64 ? 3 : 2;
+  // Register budget: 4 CTAs per SM (128 registers) for fp8 D128 (3 stages; it spills 8 B, two reloads per
+  // stage); 3 (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to D256, D64); elsewhere it
+  // holds 2, and up to 255 registers avoid spills. The planner picks the stages that keep this count.
+  static constexpr int kMinBlocksPerSM = kFourCtas ? 4 : (Traits::kFp8 && VP <= 256) || VP <= 64 ? 3 : 2;
   // Stages ahead that the loader looks block-table entries up: two where registers allow (fp8 D128 sits
   // at its bound of 168).
   static constexpr int kLookAhead = Traits::kFp8 ? 1 : 2;
