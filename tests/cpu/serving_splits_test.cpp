@@ -1,7 +1,8 @@
-// The split-KV model and the kv heads per CTA (src/cuda/portable/serving_splits.h) on the benchmark's serving
-// shapes with an H200's resident slots (132 SMs; 2 CTAs per SM for 16-bit caches, 3 for fp8 at D128), and
-// their invariants on a sweep: the split choice stays within its caps and no other allowed count has a lower
-// modelled time; the heads per CTA bring a pass within the slots with as few heads per CTA as that takes.
+// The split-KV model, the kv heads per CTA and the pipeline depth (src/cuda/portable/serving_splits.h) on the
+// benchmark's serving shapes with an H200's resident slots (132 SMs; 2 CTAs per SM for 16-bit caches, 3 for
+// fp8 at D128) and shared memory, and their invariants on a sweep: the split choice stays within its caps and
+// no other allowed count has a lower modelled time; the heads per CTA bring a pass within the slots with as
+// few heads per CTA as that takes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,6 +90,57 @@ TEST(ServingHeadsPerCta, FewestHeadsThatFitTheSlots) {
         if (h < heads) ASSERT_LE(ctas(h), slots);  // fits, or takes every head
         for (int n = 1; n < h; ++n) ASSERT_GT(ctas(n), slots) << "fewer heads per CTA fit too: " << n;
       }
+}
+
+// An H200: 228 KB of shared memory per SM, 227 KB per CTA, 1 KB reserved per CTA; a kernel of (fixed, stage)
+// bytes whose registers allow `reg_ctas` CTAs per SM.
+struct H200Kernel {
+  int fixed, stage, reg_ctas;
+  int bytes(int s) const { return fixed + s * stage; }
+  int ctas(int s) const { return std::min(reg_ctas, 233472 / (bytes(s) + 1024)); }
+};
+constexpr int kSmemOptin = 232448, kTwoCtaBudget = 233472 / 2 - 1024;
+
+int stages_of(const H200Kernel& k, int target, int forced = 0) {
+  return choose_stages([&](int s) { return k.bytes(s); }, [&](int s) { return k.ctas(s); }, kTwoCtaBudget,
+                       kSmemOptin, target, forced);
+}
+
+TEST(ServingStages, KeepTheRegisterTargetOfCtasPerSm) {
+  const H200Kernel fp8_d128{5248, 16896, 4};  // 128 registers: 4 CTAs fit at 3 stages, 3 at 4
+  EXPECT_EQ(stages_of(fp8_d128, 4), 3);
+  EXPECT_EQ(fp8_d128.ctas(3), 4);
+  EXPECT_EQ(stages_of(fp8_d128, 3), 4);       // a 3-CTA budget keeps the deepest pipeline
+  EXPECT_EQ(stages_of(fp8_d128, 4, 4), 4);    // forced
+  const H200Kernel fp8_d256{9088, 16640, 3};
+  EXPECT_EQ(stages_of(fp8_d256, 3), 4);       // 3 CTAs fit at 4 stages already
+  const H200Kernel bf16_d128{5248, 32768, 2};
+  EXPECT_EQ(stages_of(bf16_d128, 2), 3);      // the two-CTA budget holds 3
+  const H200Kernel too_big{200000, 20000, 1};
+  EXPECT_EQ(stages_of(too_big, 1), 0);
+}
+
+TEST(ServingStages, DepthsStayInRangeAndWithinTheirBudget) {
+  for (int fixed : {0, 4096, 9088, 20000})
+    for (int stage : {8192, 16896, 32768, 50000})
+      for (int reg_ctas : {1, 2, 3, 4})
+        for (int target : {1, 2, 3, 4})
+          for (int forced : {0, 2, 3, 4}) {
+            const H200Kernel k{fixed, stage, reg_ctas};
+            const int s = stages_of(k, target, forced);
+            SCOPED_TRACE(testing::Message() << fixed << " + " << stage << " x s, target " << target << " forced "
+                                            << forced << " -> " << s);
+            if (s == 0) {
+              ASSERT_GT(k.bytes(2), kSmemOptin);
+              continue;
+            }
+            ASSERT_GE(s, 2);
+            ASSERT_LE(s, 4);
+            ASSERT_LE(k.bytes(s), forced ? kSmemOptin : std::max(kTwoCtaBudget, k.bytes(2)));
+            if (forced) ASSERT_TRUE(s == forced || k.bytes(s + 1) > kSmemOptin);
+            if (!forced && s < 4 && k.bytes(s + 1) <= kTwoCtaBudget)  // one stage short only for the target
+              ASSERT_TRUE(k.ctas(s + 1) < target && k.ctas(s) >= target);
+          }
 }
 
 }  // namespace

@@ -66,7 +66,10 @@ struct PagedTile {
   static constexpr int kKeyRounds = KP / Frag::kDimsPerKeyRound;
   static constexpr int kValueRounds = VW / (8 * E);
   static constexpr int kValueTiles = VW / 8;
-  static constexpr bool kQInRegisters = KP <= 128;
+  // fp8 D128 runs 4 CTAs per SM (16 warps): its loop is latency-bound at 3 (docs/perf-notes.md, session 6),
+  // so it reads the query fragments from shared memory every stage (8 loads) to fit 128 registers.
+  static constexpr bool kFourCtas = Traits::kFp8 && KP == 128 && VP == 128;
+  static constexpr bool kQInRegisters = KP <= 128 && !kFourCtas;
   static constexpr bool kScaleSlots = Traits::kFp8;    // per-token scales staged next to the rows
   static constexpr bool kScaleQ = Traits::kFp8;        // f16 Q K^T with a cache of any range: scale Q rows
   static constexpr int kStageBytes = KS * (kKeyRowBytes + kValueRowBytes) + (kScaleSlots ? 2 * KS * 4 : 0);
@@ -91,11 +94,17 @@ struct PagedTile {
   // its own stages. Elsewhere (fp8 scales each row; wider heads read the fragments every stage) the CTA
   // stages them through registers at the head's start.
   static constexpr bool kQByCopy = kHeadsInTurn && kQInRegisters;
+  // Where warps split the keys alone (WV == 1), warp w loads and reads the same rows of every stage (keys
+  // [16w, 16w + 16) and their scales): a stage changes hands within the warp, so the loop's barriers are warp
+  // barriers and the warps drift apart within the ring instead of meeting twice a stage. The query fragments
+  // of a head (copied by all threads, read by all warps) still take CTA barriers at its first stage.
+  static constexpr bool kWarpOwnsRows = KS / kWarps == kKeysPerWarp;
   // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
   static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
-  // Register budget: 3 CTAs per SM (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to
-  // D256, D64); elsewhere it holds 2, and up to 255 registers avoid spills.
-  static constexpr int kMinBlocksPerSM = (Traits::kFp8 && VP <= 256) || VP <= 64 ? 3 : 2;
+  // Register budget: 4 CTAs per SM (128 registers) for fp8 D128 (3 stages; it spills 8 B, two reloads per
+  // stage); 3 (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to D256, D64); elsewhere it
+  // holds 2, and up to 255 registers avoid spills. The planner picks the stages that keep this count.
+  static constexpr int kMinBlocksPerSM = kFourCtas ? 4 : (Traits::kFp8 && VP <= 256) || VP <= 64 ? 3 : 2;
   // Stages ahead that the loader looks block-table entries up: two where registers allow (fp8 D128 sits
   // at its bound of 168).
   static constexpr int kLookAhead = Traits::kFp8 ? 1 : 2;
@@ -518,7 +527,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
       // By copy, this head's query fragments joined the group of the previous head's second iteration (the
       // load of tile + S): this stage's group or an older one, unless the head has fewer stages than the ring.
       if (q_by_copy && tile == 0 && hi > 0 && num_tiles < stages) ptx::cp_async_wait<0>();
-      __syncthreads();
+      if (!Tile::kWarpOwnsRows || (q_by_copy && tile == 0)) __syncthreads();
+      else __syncwarp();
       if (q_by_copy && tile == 0) load_qreg();
       const unsigned char* kst = ring + read_slot * Tile::kStageBytes;
       const unsigned char* vst = kst + KS * Tile::kKeyRowBytes;
@@ -678,9 +688,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
           if (v_per_token) ptx::mma_16816<Mma>(acc[round * E + t], pa_lo, b);
         }
       }
-      __syncthreads();  // this stage is free for the loads of the next iteration
-      // Every warp has its query registers: the next head's fragments may replace them (they join the next
-      // commit group).
+      // This stage is free for the loads of the next iteration. Every warp has its query registers: the next
+      // head's fragments may replace them (they join the next commit group).
+      if (!Tile::kWarpOwnsRows || (q_by_copy && tile == 0 && hi + 1 < heads)) __syncthreads();
+      else __syncwarp();
       if (q_by_copy && tile == 0 && hi + 1 < heads) copy_queries(kv_head + 1);
     }
 
@@ -711,7 +722,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_m
         red_sum[wk * Tile::kRows + g + 8 * rs] = row_sum[rs];
       }
     }
-    __syncthreads();
+    __syncthreads();  // every warp is past the loop: the merge may take the slots it read last
     float* mine = part(wk);
 #pragma unroll
     for (int rs = 0; rs < 2; ++rs) {

@@ -43,6 +43,7 @@ PagedKernelShape PagedMma<C, KP, VP>::shape() {
   s.reduce_bytes = Tile::kReduceBytes;
   s.keys_per_stage = Tile::KS;
   s.heads_in_turn = Tile::kHeadsInTurn;
+  s.target_ctas_per_sm = Tile::kMinBlocksPerSM;
   return s;
 }
 

@@ -167,12 +167,12 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   if (!entry) return plan;
   const DeviceFacts dev = device_facts(device);
   const cuda::PagedKernelShape shape = entry->shape();
-  // Deepest pipeline (2..4 stages) that still lets two CTAs share an SM (1 KB per CTA is reserved).
+  // Pipeline depth (choose_stages); two CTAs per SM bound the shared memory (1 KB per CTA is reserved).
   const int budget = std::min(dev.smem_per_block_optin, dev.smem_per_sm / 2 - 1024);
-  const int forced = forced_stages();
-  int stages = forced ? forced : 4;
-  while (stages > 2 && shape.smem_bytes(stages) > (forced ? dev.smem_per_block_optin : budget)) --stages;
-  if (shape.smem_bytes(stages) > dev.smem_per_block_optin) return plan;
+  const int stages = choose_stages([&](int s) { return shape.smem_bytes(s); },
+                                   [&](int s) { return entry->occupancy(s, device); }, budget,
+                                   dev.smem_per_block_optin, shape.target_ctas_per_sm, forced_stages());
+  if (stages == 0) return plan;
   const int ctas_per_sm = entry->occupancy(stages, device);
   if (ctas_per_sm < 1) return plan;
   plan.mma = entry;
