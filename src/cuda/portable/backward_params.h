@@ -41,16 +41,6 @@ struct BackwardParams {
   }
 };
 
-// True in the device passes for sm_80..sm_89, false in the host pass and for sm_90+. Those targets allocate
-// the dK/dV kernel's 255 registers differently (ptxas), so a few register-only tile choices differ there
-// (TileConfig: fewer S columns or dQ columns live at once). Device code only: never for anything the host
-// also computes (tile extents, shared memory sizes), since the host pass always sees false.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-inline constexpr bool kSm8xDevicePass = true;
-#else
-inline constexpr bool kSm8xDevicePass = false;
-#endif
-
 // Tiles of the MMA kernels per head-dim bucket (max(K16, V16) <= kD). 8 warps per CTA.
 //   key-major dK/dV kernel: kBc keys held, query tiles of kBr rows, dK/dV accumulators for kSliceKV columns;
 //                           one CTA per SM. Warp grids (rows x 8/rows warps) of its three products:

@@ -105,6 +105,9 @@ struct PagedTile {
   // stage); 3 (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to D256, D64); elsewhere it
   // holds 2, and up to 255 registers avoid spills. The planner picks the stages that keep this count.
   static constexpr int kMinBlocksPerSM = kFourCtas ? 4 : (Traits::kFp8 && VP <= 256) || VP <= 64 ? 3 : 2;
+  // The launch bound: sm_8x keeps 3 for fp8 D128 (its emulated fp8 conversions spill 20 B at 128 registers,
+  // and an A100's 164 KB of shared memory holds 3 such CTAs at most).
+  static constexpr int kLaunchMinBlocks = kFourCtas && kSm8xDevicePass ? 3 : kMinBlocksPerSM;
   // Stages ahead that the loader looks block-table entries up: two where registers allow (fp8 D128 sits
   // at its bound of 168).
   static constexpr int kLookAhead = Traits::kFp8 ? 1 : 2;
@@ -256,7 +259,8 @@ __device__ __forceinline__ int f16_range_shift(float amax) {
 }  // namespace paged_detail
 
 template <class Tile>
-__global__ void __launch_bounds__(Tile::kThreads, Tile::kMinBlocksPerSM) paged_mma_kernel(const ServingParams p, const int stages) {
+__global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
+    paged_mma_kernel(const ServingParams p, const int stages) {
   using Frag = typename Tile::Frag;
   using Mma = typename Tile::Traits::Mma;
   static_assert(sizeof(paged_detail::SharedRows) <= Tile::kRowInfoBytes, "row facts must fit their slot");
