@@ -87,7 +87,7 @@ struct PagedTile {
   static constexpr int kMergeSlots = kMergeInSlots ? (WK + kPartsPerSlot - 1) / kPartsPerSlot : 0;
   static constexpr int kReduceBytes = kMergeInSlots ? 0 : WK * kPartBytes;
   // Several kv heads per CTA (ServingParams::heads_per_cta): 16-bit caches only; the fp8 kernels sit at their
-  // register bound for 3 CTAs per SM and spilled with the head loop's state.
+  // register bounds (kMinBlocksPerSM) and spilled with the head loop's state.
   static constexpr bool kHeadsInTurn = !Traits::kFp8;
   // Query fragments by cp.async (16-bit caches with K <= 128, the query held in registers): a pure permuted
   // copy, issued ahead with the stages, so a head's start does not wait on a query round trip queued behind
@@ -108,8 +108,8 @@ struct PagedTile {
   // The launch bound: sm_8x keeps 3 for fp8 D128 (its emulated fp8 conversions spill 20 B at 128 registers,
   // and an A100's 164 KB of shared memory holds 3 such CTAs at most).
   static constexpr int kLaunchMinBlocks = kFourCtas && kSm8xDevicePass ? 3 : kMinBlocksPerSM;
-  // Stages ahead that the loader looks block-table entries up: two where registers allow (fp8 D128 sits
-  // at its bound of 168).
+  // Stages ahead that the loader looks block-table entries up: two where registers allow (the fp8 kernels
+  // sit at their bounds).
   static constexpr int kLookAhead = Traits::kFp8 ? 1 : 2;
 
   static_assert(KP % Frag::kDimsPerKeyRound == 0, "key dims must fill whole 16-byte lane loads");
