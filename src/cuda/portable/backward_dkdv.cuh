@@ -14,7 +14,6 @@
 #include "cuda/portable/tile_stream.cuh"
 #include "cuda/portable/backward_kernels.h"
 #include "cuda/portable/backward_mma.cuh"
-#include "cuda/ptx/bulk_reduce.h"
 
 namespace flashgate::cuda::bwd {
 
@@ -77,7 +76,7 @@ __device__ __forceinline__ int held_thread_index() {
 // which frees the registers and instructions those sums take next to the GEMMs.
 template <class T, int kD, bool kFull, bool kRowSums>
 __global__ void __launch_bounds__(kMmaThreads, 1)
-    dkdv_kernel(BackwardParams p, TileSchedule key_tiles, int slices, int stages, bool with_dq, bool dq_tile) {
+    dkdv_kernel(BackwardParams p, TileSchedule key_tiles, int slices, int stages, bool with_dq) {
   using C = TileConfig<kD>;
   constexpr int kBc = C::kBc, kBr = C::kBr, kSlice = C::kSliceKV;
   constexpr int LD = kD + 8, LDP = kBc + 8;
@@ -104,12 +103,6 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   unsigned char* sStages = reinterpret_cast<unsigned char*>(sColsum + SM * kBc);
   auto stage_q = [&](int stage) { return reinterpret_cast<T*>(sStages + stage * kStageBytes); };  // dO follows
   auto stage_terms = [&](int stage) { return reinterpret_cast<float*>(sStages + stage * kStageBytes + 2 * kBr * LD * 2); };
-  // On sm_90 (TileConfig::kDqBulk) a step's dQ tile goes to shared memory (after the stages; the host adds
-  // its bytes, dq_tile) and from there into dq_acc by bulk reductions, a row per thread, issued after the
-  // next step's first barrier: no dQ atomics in the warps' load/store queues.
-  constexpr bool kBulkDq = C::kDqBulk && !kSm8xDevicePass;
-  constexpr int LDQ = kSlice + 8;
-  auto dq_tile_smem = [&] { return reinterpret_cast<float*>(sStages + stages * kStageBytes); };
 
   const AttentionParams& a = p.a;
   const bool has_gate = kRowSums && a.has_gate;
@@ -130,7 +123,6 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   if (j0 >= len) return;
   const int col0 = slice * kSlice;  // first dK/dV/dQ column of this slice
   const bool first_slice = slice == 0;
-  if (kBulkDq && with_dq && !dq_tile) __trap();  // the host left no room for the dQ tile
 
   // K and V tiles stay for the whole CTA.
   load_tile<T, kBc, kD, LD, kMmaThreads>(sK, a.k.row<T>(seq.batch, seq.start + j0, hk), a.k.token_stride, len - j0,
@@ -221,18 +213,6 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
 
   // Step it = head * tiles_per_head + head_tile, carried as counters (no divisions in the loop).
   int head = 0, head_tile = 0;
-  // kBulkDq: adds the dQ tile of the step before the current counters (stored and fenced before a barrier)
-  // into dq_acc, row r by thread r; recomputed from the counters rather than kept (registers, D64).
-  auto add_previous_dq_tile = [&] {
-    const int64_t h = h_first + head - (head_tile == 0 ? 1 : 0);
-    const int i0 = rows.begin + (head_tile == 0 ? tiles_per_head - 1 : head_tile - 1) * kBr;
-    const int cols = min(kSlice, K16 - col0);  // none past K16
-    if (tid < min(kBr, len - i0) && cols > 0) {
-      ptx::bulk_reduce_add_f32(p.dq_acc + (p.row_index(seq.batch, h, seq.start) + i0 + tid) * K16 + col0,
-                               dq_tile_smem() + tid * LDQ, 4u * cols);
-      ptx::bulk_commit();
-    }
-  };
   for (int it = 0; it < steps; ++it) {
     const int64_t h = h_first + head;
     const int i0 = rows.begin + head_tile * kBr;
@@ -249,9 +229,6 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     }
     ptx::cp_async_wait<0>();
     __syncthreads();
-    if constexpr (kBulkDq) {
-      if (with_dq && it > 0) add_previous_dq_tile();
-    }
     if (stages == 2 && it + 1 < steps) load_step(head_ends ? h + 1 : h, head_ends ? rows.begin : i0 + kBr, stage ^ 1);
     const float* terms = stage_terms(stage);
     const auto op = [&] { return operands(stage); };  // at each GEMM call (see cta_ldsm_addresses)
@@ -307,16 +284,15 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         }
     }
     store_fragment<T, MS, NT>(sdS, LDP, dp, s_m0, s_n0, lane);
-    if constexpr (kBulkDq) {
-      if (tid < kBr) ptx::bulk_wait_read<0>();  // sdQ is stored again after this barrier
-    }
     __syncthreads();
 
     gemm_atb<T, MK, NTD, kBr, !kFull>(dv, op().p_trans, LDP, op().q_trans + kToDo, LD, kv_n0, V16);
     gemm_atb<T, MK, NTD, kBr, !kFull>(dk, op().p_trans + kToDs, LDP, op().q_trans, LD, kv_n0, K16);
 
     if (with_dq) {
-      // dQ[i0.., slice] += dS K: QCH-column chunks (bounded registers), straight into the fp32 accumulator.
+      // dQ[i0.., slice] += dS K: QCH-column chunks (bounded registers), straight into the fp32 accumulator
+      // (add_dq_fragment: a warp instruction adds 512 consecutive bytes).
+      const int64_t dq_row0 = dq_row(a, seq.batch, h, te.seq, seq.start);
       // Last: dQ first (its atomics draining under the dV/dK MMAs) was 4% slower at D128 on the H200.
 #pragma unroll
       for (int ch = 0; ch < QW / QCH; ++ch) {
@@ -326,10 +302,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
         zero(acc);
         gemm_ab<T, MQ, QCH / 8, kBc, !kFull>(acc, op().ds_rows, LDP, op().k_trans + tile_offset<T>(0, ch * QCH, LD),
                                              LD, n0, K16);
-        if constexpr (kBulkDq) store_fragment<float, MQ, QCH / 8>(dq_tile_smem(), LDQ, acc, q_m0, n0 - col0, lane);
-        else atomic_add_fragment<MQ, QCH / 8, !kFull, C::kDqRedWidth>(p.dq_acc, base + i0 + q_m0, n0, K16, acc, i0 + q_m0, len, lane);
+        add_dq_fragment<MQ, QCH / 8, !kFull>(p.dq_acc, dq_row0, i0 + q_m0, n0, K16, acc, len, lane);
       }
-      if constexpr (kBulkDq) ptx::fence_proxy_async_shared();
     }
 
     if (has_gate && first_slice && head_ends) {
@@ -346,13 +320,6 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     else ++head_tile;
   }
   ptx::cp_async_wait<0>();  // K/V copies are still in flight when no query row sees these keys
-  if constexpr (kBulkDq) {
-    if (with_dq && steps > 0) {  // the last step's tile
-      __syncthreads();
-      add_previous_dq_tile();
-      if (tid < kBr) ptx::bulk_wait<0>();  // read before the CTA's shared memory goes
-    }
-  }
 
   // Keys that no query row sees (window 0) still get their zero column sums.
   if (has_gate && first_slice && steps == 0) {
@@ -380,25 +347,20 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   }
 }
 
-// dq_tile: the shared memory includes the dQ tile of the bulk reductions (TileConfig::kDqBulk; the host
-// sets it for sm_90 in the default mode, the condition under which the kernel's sm_90 code uses it).
 template <class T, int kD, bool kRowSums>
-void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slices, int stages, bool dq_tile,
-                     cudaStream_t stream) {
+void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slices, int stages, cudaStream_t stream) {
   const int64_t blocks = keys.num_tiles * p.a.H * p.head_parts * slices;
   if (blocks == 0) return;
-  const size_t smem = dkdv_smem_bytes<kD>(stages) + (dq_tile ? dkdv_dq_tile_bytes<kD>() : 0);
+  const size_t smem = dkdv_smem_bytes<kD>(stages);
   const auto kernel =
       p.K16 == kD && p.V16 == kD ? dkdv_kernel<T, kD, true, kRowSums> : dkdv_kernel<T, kD, false, kRowSums>;
   FLASHGATE_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, keys, slices, stages, !p.deterministic,
-                                                                       dq_tile);
+  kernel<<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, keys, slices, stages, !p.deterministic);
   FLASHGATE_CHECK_LAUNCH("dkdv_kernel");
 }
 
 #define FLASHGATE_INSTANTIATE_DKDV(T, D, ROW_SUMS)                                                           \
-  template void launch_dkdv_mma<T, D, ROW_SUMS>(const BackwardParams&, const TileSchedule&, int, int, bool, \
-                                                cudaStream_t);
+  template void launch_dkdv_mma<T, D, ROW_SUMS>(const BackwardParams&, const TileSchedule&, int, int, cudaStream_t);
 
 }  // namespace flashgate::cuda::bwd

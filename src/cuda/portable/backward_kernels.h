@@ -27,11 +27,10 @@ void launch_simt_backward(const BackwardParams& p, cudaStream_t stream);
 
 // ---- backward_dkdv_*.cu / backward_dq_*.cu: the MMA kernels, T = __half or __nv_bfloat16, kD = bucket.
 // `slices`: column slices over the grid (see TileConfig); `stages`: 1 or 2 buffers of the per-step tiles
-// (the shared memory is dkdv_smem_bytes / dq_smem_bytes of it); dq_tile: plus the dK/dV kernel's dQ tile
-// (dkdv_dq_tile_bytes), which its sm_90 code uses in the default mode where TileConfig::kDqBulk.
+// (the shared memory is dkdv_smem_bytes / dq_smem_bytes of it).
 // kRowSums: the gate/sink variant of the dK/dV kernel (BackwardParams::needs_row_sums; launch_dkdv picks).
 template <class T, int kD, bool kRowSums>
-void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slices, int stages, bool dq_tile,
+void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slices, int stages,
                      cudaStream_t stream);
 template <class T, int kD>
 void launch_dq_mma(const BackwardParams& p, const TileSchedule& queries, int slices, int stages, cudaStream_t stream);

@@ -95,7 +95,6 @@ struct Plan {
   TileSizes tiles;
   int slices_kv = 1, slices_q = 1;
   int stages_kv = 0, stages_q = 0;  // buffers of the per-step tiles (0: does not fit)
-  bool dq_tile = false;             // the dK/dV kernel's shared memory includes its dQ tile
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -112,11 +111,7 @@ Plan make_plan(BackwardParams& p, const DeviceLimits& dev) {
   // dq_min_blocks CTAs per SM. Nothing fits: the SIMT path.
   const size_t optin = static_cast<size_t>(dev.smem_optin), per_sm = static_cast<size_t>(dev.smem_per_sm);
   const TileSizes& t = plan.tiles;
-  // The dQ tile of the bulk reductions: exactly where the dK/dV kernel's sm_90 code uses it (an sm_90 device
-  // runs that code; the dQ product runs in the default mode only).
-  plan.dq_tile = dev.major == 9 && !p.deterministic && t.dkdv_dq_tile > 0;
-  const size_t dq_tile = plan.dq_tile ? t.dkdv_dq_tile : 0;
-  plan.stages_kv = t.smem_dkdv[2] + dq_tile <= optin ? 2 : t.smem_dkdv[1] + dq_tile <= optin ? 1 : 0;
+  plan.stages_kv = t.smem_dkdv[2] <= optin ? 2 : t.smem_dkdv[1] <= optin ? 1 : 0;
   const bool dq_two = t.smem_dq[2] <= optin && t.smem_dq[2] * t.dq_min_blocks <= per_sm;
   plan.stages_q = dq_two ? 2 : t.smem_dq[1] <= optin ? 1 : 0;
   if (plan.stages_kv == 0 || (p.deterministic && plan.stages_q == 0)) return plan;
@@ -159,6 +154,10 @@ void* take_repack(cuda::WorkspaceCarver& w, int width, int64_t B, int64_t T, int
   return w.take<uint16_t>(cuda::repacked_elements(B, T, heads, dim, 2));
 }
 
+int64_t dq_acc_floats(const BackwardParams& p) {
+  return p.a.B * p.a.HQ * cuda::bwd::dq_acc_rows_per_head(p.a) * p.K16;
+}
+
 // Carves the workspace into p's scratch pointers (sizes only when the carver has no base).
 Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
   Scratch m;
@@ -171,7 +170,7 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
   if (p.a.has_gate) p.colsum = w.take<float>(rows);
   if (p.a.has_gate) p.mass = w.take<float>(rows);
   if (!plan.mma) return m;
-  if (!p.deterministic) p.dq_acc = w.take<float>(rows * p.K16);
+  if (!p.deterministic) p.dq_acc = w.take<float>(dq_acc_floats(p));
   if (p.head_parts > 1) {
     const int64_t kv_rows = p.head_parts * p.a.B * p.a.H * p.a.T;
     p.dk_part = w.take<float>(kv_rows * p.K16);
@@ -191,9 +190,9 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
 template <class T, int kD>
 void launch_dkdv(const BackwardParams& p, const Plan& plan, const TileSchedule& keys, cudaStream_t stream) {
   if (p.needs_row_sums())
-    cuda::bwd::launch_dkdv_mma<T, kD, true>(p, keys, plan.slices_kv, plan.stages_kv, plan.dq_tile, stream);
+    cuda::bwd::launch_dkdv_mma<T, kD, true>(p, keys, plan.slices_kv, plan.stages_kv, stream);
   else
-    cuda::bwd::launch_dkdv_mma<T, kD, false>(p, keys, plan.slices_kv, plan.stages_kv, plan.dq_tile, stream);
+    cuda::bwd::launch_dkdv_mma<T, kD, false>(p, keys, plan.slices_kv, plan.stages_kv, stream);
 }
 
 template <class T>
@@ -262,7 +261,7 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
   cuda::bwd::launch_prepare_rows(p, stream);
   zero_async(p.E, rows, stream);  // rows outside every sequence (broken unchecked cu_seqlens) stay 0
   zero_async(p.mass, rows, stream);
-  zero_async(p.dq_acc, rows * p.K16, stream);
+  zero_async(p.dq_acc, dq_acc_floats(p), stream);
 
   if (plan.mma) {
     // The MMA loaders copy 16-byte chunks: unaligned inputs go through aligned copies first.

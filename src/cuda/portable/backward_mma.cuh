@@ -13,6 +13,7 @@
 #include "cuda/common/online_softmax.h"
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/visibility.h"
+#include "cuda/portable/backward_params.h"
 #include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/mma.h"
@@ -329,80 +330,30 @@ __device__ __forceinline__ void store_fragment_global(RowPtr row_ptr, const floa
     }
 }
 
-// acc[row.., col..] += a warp's MT x NT fp32 accumulator fragments with unordered atomics: `stride` floats
-// per row (the row length, so n8 tiles at or past it are skipped when kGuardCols); the fragment rows are the
-// sequence positions pos.., those at or past len skipped. sm_90+, all at offsets from one address
-// (immediates where the stride is a compile-time head dim), kWidth floats per atomic (TileConfig::kDqRedWidth):
-//   2: one 8-byte vector atomic per value pair as the fragment holds it (consecutive registers: no exchange
-//      or moves); whole row blocks take an unpredicated run.
-//   4: lanes c, c^1 swap half fragments so that each lane holds 4 consecutive columns of one row (even c:
-//      row g, odd c: row g + 8) and sends one 16-byte atomic per n8 tile: half the atomics for 16 shuffles
-//      and the moves into vector registers.
-// sm_80: two scalar atomics per value pair.
-template <int MT, int NT, bool kGuardCols, int kWidth>
-__device__ __forceinline__ void atomic_add_fragment(float* acc, int64_t row, int col, int stride,
-                                                    const float (&x)[MT][NT][4], int pos, int len, int lane) {
-  const int g = lane / 4, c = lane % 4;
+// dq_acc += a warp's MT x NT fp32 accumulator fragments of dQ / scale: local rows i_first.. (16-aligned) of
+// the sequence whose row 0 is row0 (dq_row) and which has len rows, columns col.. (8-aligned) of rows K16
+// floats long, n8 tiles at or past K16 skipped when kGuardCols. Unordered atomics in dq_acc_offset's
+// layout: one 16-byte reduction per lane and n8 tile (sm_90; four 4-byte atomics on sm_80) adds 512
+// consecutive bytes; m16 tiles past len are skipped (their rows are another sequence's).
+template <int MT, int NT, bool kGuardCols>
+__device__ __forceinline__ void add_dq_fragment(float* dq_acc, int64_t row0, int i_first, int col, int K16,
+                                                const float (&x)[MT][NT][4], int len, int lane) {
+  float* at = dq_acc + dq_acc_offset(row0, i_first, col, K16) + 4 * lane;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    if (i_first + mt * 16 >= len) break;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      if (kGuardCols && col + nt * 8 >= K16) break;
+      float* to = at + mt * 16 * K16 + nt * 128;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  static_assert(kWidth == 2 || kWidth == 4, "8- or 16-byte atomics");
-  if constexpr (kWidth == 2) {
-    float* at = acc + (row + g) * stride + col + 2 * c;  // row g, column pair c
-    if (!kGuardCols && pos + MT * 16 <= len) {
+      ptx::red_add_v4_f32(to, make_float4(x[mt][nt][0], x[mt][nt][1], x[mt][nt][2], x[mt][nt][3]));
+#else
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int hi = 0; hi < 2; ++hi)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-            ptx::red_add_v2_f32(at + (mt * 16 + 8 * hi) * stride + nt * 8, x[mt][nt][2 * hi], x[mt][nt][2 * hi + 1]);
-      return;
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {
-        const bool row_ok = pos + mt * 16 + 8 * hi + g < len;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-          ptx::red_add_v2_f32(at + (mt * 16 + 8 * hi) * stride + nt * 8, x[mt][nt][2 * hi], x[mt][nt][2 * hi + 1],
-                              row_ok && (!kGuardCols || col + nt * 8 < stride));
-      }
-  } else {
-    const bool odd = c & 1;
-    const int r = g + (odd ? 8 : 0);
-    float* at = acc + (row + r) * stride + col + 4 * (c / 2);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      float4 q[NT];  // the tile row's exchanges first, then its reductions as one predicated run
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const float* v = x[mt][nt];
-        const float r0 = __shfl_xor_sync(0xffffffffu, odd ? v[0] : v[2], 1);  // the partner's half of my row
-        const float r1 = __shfl_xor_sync(0xffffffffu, odd ? v[1] : v[3], 1);
-        q[nt] = odd ? make_float4(r0, r1, v[2], v[3]) : make_float4(v[0], v[1], r0, r1);
-      }
-      const bool row_ok = pos + mt * 16 + r < len;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        ptx::red_add_v4_f32(at + mt * 16 * stride + nt * 8, q[nt], row_ok && (!kGuardCols || col + nt * 8 < stride));
+      for (int e = 0; e < 4; ++e) atomicAdd(to + e, x[mt][nt][e]);
+#endif
     }
   }
-#else
-  float* out = acc + (row + g) * stride + col + 2 * c;  // row g, column pair c
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int hi = 0; hi < 2; ++hi) {
-      if (pos + mt * 16 + g + 8 * hi >= len) continue;
-      float* at = out + (mt * 16 + 8 * hi) * stride;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        if (!kGuardCols || col + nt * 8 < stride) {
-          atomicAdd(at + nt * 8, x[mt][nt][2 * hi]);
-          atomicAdd(at + nt * 8 + 1, x[mt][nt][2 * hi + 1]);
-        }
-    }
-#endif
 }
 
 }  // namespace flashgate::cuda::bwd

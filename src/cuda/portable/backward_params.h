@@ -26,7 +26,7 @@ struct BackwardParams {
   float* E = nullptr;       // sum_j P dP (need_E)
   float* mass = nullptr;    // sum_j P, the visible keys' share of the row's softmax mass (gate)
   float* colsum = nullptr;  // sum_i dS[i,t] per query head (gate)
-  float* dq_acc = nullptr;  // [B][HQ][T][K16] fp32 dq / scale (MMA kernels, default mode)
+  float* dq_acc = nullptr;  // fp32 dq / scale (MMA kernels, default mode) in dq_acc_offset's layout
   float* dk_part = nullptr; // [head_parts][B][H][T][K16] scaled dk partials (head_parts > 1)
   float* dv_part = nullptr; // [head_parts][B][H][T][V16]
   int head_parts = 1;       // the G query heads of a kv head split over this many CTAs (divides G)
@@ -40,6 +40,27 @@ struct BackwardParams {
     return ((part * a.B + b) * a.H + hk) * a.T + t;
   }
 };
+
+// dq_acc's layout (the one place for this rule): per (b, query head) dq_T rows of K16 floats; sequence n
+// starts at row dq_row (16-aligned, 16-row groups clear of the next sequence's), and each 16-row group
+// of a sequence is stored in MMA accumulator order: its 16 x 8 block of columns 8C.. is 128 consecutive
+// floats, where lane 4g + c of an m16n8 fragment (rows g, g+8; columns 2c, 2c+1) keeps its four values at
+// 4 (4g + c) .. +3. So a warp adds a whole block with one 16-byte reduction per lane, 512 consecutive bytes
+// (plain rows put the block on eight cache lines and took the dK/dV kernel's load/store unit 8-15% of its
+// time at D128-D256 on the H200). Rows of a group past the sequence's end are padding nobody reads.
+FG_HOST_DEVICE int64_t dq_acc_rows_per_head(const AttentionParams& a) {
+  const int64_t rows = a.packed ? a.T + 16 * a.num_seqs : a.T;  // a group may start 15 rows after a sequence
+  return (rows + 15) / 16 * 16;
+}
+// Row of local position 0 of sequence n (batch b when dense; start: its first token) in query head h.
+FG_HOST_DEVICE int64_t dq_row(const AttentionParams& a, int64_t b, int64_t h, int64_t n, int64_t start) {
+  return (b * a.HQ + h) * dq_acc_rows_per_head(a) + (a.packed ? (start + 16 * n) / 16 * 16 : 0);
+}
+// Float index of local row i, column d of the sequence whose row 0 is row0 (dq_row).
+FG_HOST_DEVICE int64_t dq_acc_offset(int64_t row0, int i, int d, int K16) {
+  const int r = i & 15;
+  return (row0 + (i - r)) * K16 + (d & ~7) * 16 + 4 * (4 * (r & 7) + ((d & 7) >> 1)) + 2 * (r >> 3) + (d & 1);
+}
 
 // Tiles of the MMA kernels per head-dim bucket (max(K16, V16) <= kD). 8 warps per CTA.
 //   key-major dK/dV kernel: kBc keys held, query tiles of kBr rows, dK/dV accumulators for kSliceKV columns;
@@ -55,17 +76,9 @@ struct BackwardParams {
 //                           column passes next to dP (registers: with 128-row steps D64 needs 4 to stay
 //                           spill-free). These and kDqChunk only shape the dK/dV kernel's registers, so
 //                           they may differ per arch (kSm8xDevicePass);
-//                           kDqRedWidth: floats per dQ atomic on sm_90 (atomic_add_fragment): 2 at D128
-//                           (+3% on the H200 against 4, fewer instructions), 4 at D64/D256 where the
-//                           twice as many 8-byte atomics queued behind each other (1-2% slower, ncu: REDG
-//                           "lg" stalls at D256);
 //                           kPeelScorePasses: the S passes' first k-step outside their loop (zero C
 //                           operand instead of zeroed registers) without row sums (with them D64 spilled
 //                           32 B); dP's always is;
-//                           kDqBulk: on sm_90 a step's dQ tile goes to shared memory and from there into
-//                           dq_acc by one bulk reduction per row (the copy engine adds it; no atomics in the
-//                           warps' load/store queues); D64 only (it fits next to two stages at D128 too, but
-//                           measured slower there);
 //   query-major dq kernel:  kQueryRows rows held, key tiles of kKeyCols, dq accumulators for kSliceQ columns;
 //                           kMinBlocksDq CTAs per SM (2 fit in 128 registers without spills at D64/D128).
 template <int kD>
@@ -77,9 +90,7 @@ struct TileConfig<64> {
   // sm_8x: one n8 column of S per pass (the sum variant spilled 4 / 12 B with two, -Xptxas -v, round 9).
   static constexpr int kScorePasses = kSm8xDevicePass ? 8 : 4, kScorePassesRowSums = kScorePasses;
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 64, kMinBlocksDq = 2;
-  static constexpr int kDqRedWidth = 4;
   static constexpr bool kPeelScorePasses = true;
-  static constexpr bool kDqBulk = true;
 };
 template <>
 struct TileConfig<128> {
@@ -88,11 +99,7 @@ struct TileConfig<128> {
   // sm_8x sum variant: 4 passes (2 spilled 28 B guarded; 4 for both variants spills the plain kFull 44 B).
   static constexpr int kScorePasses = 2, kScorePassesRowSums = kSm8xDevicePass ? 4 : 2;
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 128, kMinBlocksDq = 2;
-  static constexpr int kDqRedWidth = 2;
   static constexpr bool kPeelScorePasses = false;  // peeled S passes spilled the plain kFull kernel 56 B
-  // Bulk dQ measured 1-2% slower than the atomics here (H200, session 5: 241-247 vs 244-248 TFLOP/s at T8192,
-  // 186 vs 191-196 at B8 T2048); at D64 it won 2-3% (235 vs 228-231).
-  static constexpr bool kDqBulk = false;
 };
 template <>
 struct TileConfig<256> {
@@ -103,18 +110,14 @@ struct TileConfig<256> {
   // Q's fragment twice; spill-free at 253 registers); with row sums two (their registers).
   static constexpr int kScorePasses = kSm8xDevicePass ? 4 : 1, kScorePassesRowSums = kSm8xDevicePass ? 4 : 2;
   static constexpr int kQueryRows = 64, kKeyCols = 32, kSliceQ = 256, kMinBlocksDq = 1;
-  static constexpr int kDqRedWidth = 4;
   static constexpr bool kPeelScorePasses = true;
-  static constexpr bool kDqBulk = false;  // the tile does not fit next to two stages
 };
 template <>
 struct TileConfig<512> {
   static constexpr int kBc = 32, kBr = 32, kSliceKV = 256, kScoreWarpRows = 2, kKvWarpRows = 2, kDqWarpRows = 2,
                        kDqChunk = 64, kScorePasses = 1, kScorePassesRowSums = 1;
   static constexpr int kQueryRows = 32, kKeyCols = 32, kSliceQ = 512, kMinBlocksDq = 1;
-  static constexpr int kDqRedWidth = 4;
   static constexpr bool kPeelScorePasses = true;
-  static constexpr bool kDqBulk = false;
 };
 
 constexpr int kMmaThreads = 256;
@@ -130,17 +133,6 @@ constexpr size_t dkdv_smem_bytes(int stages) {
   return 2 * C::kBc * (kD + 8) * 2 + 2 * C::kBr * (C::kBc + 8) * 2 + C::kScoreWarpRows * C::kBc * sizeof(float) +
          stages * (2 * C::kBr * (kD + 8) * 2 + (3 * C::kBr + C::kBc) * sizeof(float));
 }
-// The dK/dV kernel's dQ tile for the bulk reductions (TileConfig::kDqBulk, sm_90), after the stages: fp32
-// [kBr][kSliceKV + 8] (the 8-float pad keeps the fragment stores free of bank conflicts; rows stay 16-byte
-// aligned for the bulk copies). 0 where the bucket does not use it.
-template <int kD>
-constexpr size_t dkdv_dq_tile_bytes() {
-  using C = TileConfig<kD>;
-  return C::kDqBulk ? static_cast<size_t>(C::kBr) * (C::kSliceKV + 8) * sizeof(float) : 0;
-}
-static_assert(dkdv_smem_bytes<64>(2) + dkdv_dq_tile_bytes<64>() <= 227 * 1024 &&
-                  dkdv_smem_bytes<128>(2) + dkdv_dq_tile_bytes<128>() <= 227 * 1024,
-              "the dQ tile fits next to two stages in an H100/H200's 227 KB per block");
 template <int kD>
 constexpr size_t dq_smem_bytes(int stages) {
   using C = TileConfig<kD>;
@@ -153,7 +145,6 @@ struct TileSizes {
   int key_tile = 0, query_tile = 0, slice_kv = 0;   // dK/dV kernel
   int dq_rows = 0, dq_slice = 0, dq_min_blocks = 1; // dq kernel
   size_t smem_dkdv[3] = {}, smem_dq[3] = {};        // by stage count (1, 2)
-  size_t dkdv_dq_tile = 0;                           // dK/dV kernel on sm_90, default mode: + this
 };
 
 template <int kD>
@@ -163,7 +154,6 @@ constexpr TileSizes tile_sizes_of() {
   t.key_tile = C::kBc, t.query_tile = C::kBr, t.slice_kv = C::kSliceKV;
   t.dq_rows = C::kQueryRows, t.dq_slice = C::kSliceQ, t.dq_min_blocks = C::kMinBlocksDq;
   for (int s = 1; s <= 2; ++s) t.smem_dkdv[s] = dkdv_smem_bytes<kD>(s), t.smem_dq[s] = dq_smem_bytes<kD>(s);
-  t.dkdv_dq_tile = dkdv_dq_tile_bytes<kD>();
   return t;
 }
 

@@ -13,32 +13,38 @@ namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
-// dq[b, t, h, :] = scale * dq_acc[row, :], one row per group of kLanes threads (for_each_row_group).
-// `vec`: dq rows and the accumulator are 16-byte aligned and K is a whole number of 16-byte chunks of T, so
-// a lane converts a 16-byte chunk at a time (one 16-byte store, not eight 2-byte ones).
+// dq[b, t, h, :] = scale * dq_acc of token t (dq_acc_offset's layout), one row per group of kLanes threads
+// (for_each_row_group). `vec`: dq rows are 16-byte aligned and K is a whole number of 16-byte chunks of T, so
+// a lane converts a 16-byte chunk at a time (a column pair is two adjacent floats of dq_acc). A token in no
+// sequence (only with a broken, unchecked cu_seqlens) gets 0.
 template <class T, int kLanes>
 __global__ void __launch_bounds__(kThreads) dq_convert_kernel(BackwardParams p, bool vec) {
   constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
   const int K = p.a.K;
-  const float scale = p.a.scale;
   for_each_row_group<kLanes, kThreads>(p.a.B, p.a.HQ, p.a.T, [&](int64_t b, int64_t h, int64_t t, int lane) {
     if (t >= p.a.T) return;
-    const float* src = p.dq_acc + p.row_index(b, h, t) * p.K16;
+    const TokenPlace place = place_token(p.a, b, t);
     T* dst = p.dq.row<T>(b, t, h);
+    if (place.pos < 0) {
+      for (int d = lane; d < K; d += kLanes) dst[d] = from_float<T>(0.f);
+      return;
+    }
+    const int64_t row0 = dq_row(p.a, place.seq.batch, h, place.n, place.seq.start);
+    const int i = place.pos;
+    const float scale = p.a.scale;
+    const float* src = p.dq_acc;
     if (!vec) {
-      for (int d = lane; d < K; d += kLanes) dst[d] = from_float<T>(scale * src[d]);
+      for (int d = lane; d < K; d += kLanes) dst[d] = from_float<T>(scale * src[dq_acc_offset(row0, i, d, p.K16)]);
       return;
     }
     for (int c = lane * kChunk; c < K; c += kLanes * kChunk) {
-      float x[kChunk];
-#pragma unroll
-      for (int q = 0; q < kChunk / 4; ++q) {
-        const float4 v = *reinterpret_cast<const float4*>(src + c + 4 * q);
-        x[4 * q] = v.x, x[4 * q + 1] = v.y, x[4 * q + 2] = v.z, x[4 * q + 3] = v.w;
-      }
       alignas(16) T out[kChunk];
 #pragma unroll
-      for (int e = 0; e < kChunk; ++e) out[e] = from_float<T>(scale * x[e]);
+      for (int e = 0; e < kChunk; e += 2) {
+        const float2 v = *reinterpret_cast<const float2*>(src + dq_acc_offset(row0, i, c + e, p.K16));
+        out[e] = from_float<T>(scale * v.x);
+        out[e + 1] = from_float<T>(scale * v.y);
+      }
       *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(out);
     }
   });
@@ -131,7 +137,7 @@ void launch_dq_convert(const BackwardParams& p, cudaStream_t stream) {
   with_element_type(p.a.dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
-    const bool vec = p.dq_width >= 16 && p.a.K % kChunk == 0 && reinterpret_cast<uintptr_t>(p.dq_acc) % 16 == 0;
+    const bool vec = p.dq_width >= 16 && p.a.K % kChunk == 0;
     with_lanes_per_row(p.a.K, kChunk, [&](auto lanes) {
       constexpr int kLanes = decltype(lanes)::value;
       const dim3 grid = row_group_grid(p.a.B * p.a.HQ, p.a.T, kThreads / kLanes);

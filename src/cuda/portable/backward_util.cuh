@@ -77,6 +77,7 @@ inline unsigned grid_for(int64_t jobs, int per_block) {
 // no sequence holds (only with an unchecked, broken cu_seqlens) gives pos = -1.
 struct TokenPlace {
   SequenceSpan seq;
+  int64_t n = 0;  // the sequence's index (the batch index when dense)
   int pos = -1;
 };
 
@@ -84,6 +85,7 @@ __device__ __forceinline__ TokenPlace place_token(const AttentionParams& p, int6
   TokenPlace r;
   if (!p.packed) {
     r.seq = sequence_span(p, b);
+    r.n = b;
     r.pos = static_cast<int>(t);
     return r;
   }
@@ -95,6 +97,7 @@ __device__ __forceinline__ TokenPlace place_token(const AttentionParams& p, int6
     else hi = mid - 1;
   }
   r.seq = sequence_span(p, lo);
+  r.n = lo;
   if (t >= r.seq.start && t < r.seq.start + r.seq.len) r.pos = static_cast<int>(t - r.seq.start);
   return r;
 }

@@ -1,0 +1,97 @@
+// The backward's dq accumulator layout (dq_acc_offset / dq_row in src/cuda/portable/backward_params.h) on
+// the CPU: every (head, sequence, row, column) of a dense or packed problem, including the padding rows of
+// each sequence's last 16-row group, has its own float inside the buffer, and a warp's m16n8 accumulator
+// fragment is 128 consecutive floats, lane l's four values at 4 l .. 4 l + 3 (what add_dq_fragment adds with
+// one 16-byte reduction per lane). Fresh random lengths.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/portable/backward_params.h"
+#include "harness/owned_tensor.h"
+
+namespace {
+
+using flashgate::cuda::AttentionParams;
+using flashgate::cuda::bwd::dq_acc_offset;
+using flashgate::cuda::bwd::dq_acc_rows_per_head;
+using flashgate::cuda::bwd::dq_row;
+
+struct Sequence {
+  int64_t batch, start;
+  int len;
+};
+
+// Marks every float that the (padded) rows of every sequence and head map to; fails on a collision or an
+// index outside the buffer.
+void check_distinct(const AttentionParams& a, const std::vector<Sequence>& seqs, int K16) {
+  const int64_t floats = a.B * a.HQ * dq_acc_rows_per_head(a) * K16;
+  std::vector<uint8_t> used(static_cast<size_t>(floats), 0);
+  for (int64_t h = 0; h < a.HQ; ++h)
+    for (size_t n = 0; n < seqs.size(); ++n) {
+      const Sequence& s = seqs[n];
+      const int64_t row0 = dq_row(a, s.batch, h, static_cast<int64_t>(n), s.start);
+      ASSERT_EQ(row0 % 16, 0) << "sequence " << n << " head " << h;
+      const int padded = (s.len + 15) / 16 * 16;
+      for (int i = 0; i < padded; ++i)
+        for (int d = 0; d < K16; ++d) {
+          const int64_t at = dq_acc_offset(row0, i, d, K16);
+          ASSERT_GE(at, 0);
+          ASSERT_LT(at, floats) << "sequence " << n << " row " << i << " column " << d;
+          ASSERT_EQ(used[at], 0) << "sequence " << n << " head " << h << " row " << i << " column " << d;
+          used[at] = 1;
+        }
+    }
+}
+
+TEST(DqAccLayout, DenseRowsAreDistinct) {
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  std::mt19937_64 rng(seed);
+  AttentionParams a;
+  a.B = 3, a.HQ = 2, a.T = 1 + static_cast<int64_t>(rng() % 100), a.num_seqs = a.B;
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", T " + std::to_string(a.T));
+  std::vector<Sequence> seqs;
+  for (int64_t b = 0; b < a.B; ++b) seqs.push_back({b, 0, static_cast<int>(a.T)});
+  check_distinct(a, seqs, 48);
+}
+
+TEST(DqAccLayout, PackedRowsAreDistinctAndGroupsStayClear) {
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  std::mt19937_64 rng(seed);
+  AttentionParams a;
+  a.packed = true, a.B = 1, a.HQ = 3;
+  std::vector<Sequence> seqs;
+  int64_t t = 0;
+  const int n = 1 + static_cast<int>(rng() % 24);
+  for (int i = 0; i < n; ++i) {
+    const int len = rng() % 4 == 0 ? 0 : 1 + static_cast<int>(rng() % 70);  // zero-length segments too
+    seqs.push_back({0, t, len});
+    t += len;
+  }
+  a.T = t, a.num_seqs = n;
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", segments " + std::to_string(n) + ", T " + std::to_string(t));
+  check_distinct(a, seqs, 32);
+}
+
+TEST(DqAccLayout, FragmentsAreConsecutive) {
+  const int K16 = 64;
+  const int64_t row0 = 48;
+  for (int i0 = 0; i0 < 64; i0 += 16)
+    for (int col = 0; col < K16; col += 8) {
+      const int64_t base = dq_acc_offset(row0, i0, col, K16);
+      for (int lane = 0; lane < 32; ++lane)
+        for (int e = 0; e < 4; ++e) {
+          const int g = lane / 4, c = lane % 4;  // fragment element e: row g + 8 (e / 2), column 2c + e % 2
+          EXPECT_EQ(dq_acc_offset(row0, i0 + g + 8 * (e / 2), col + 2 * c + e % 2, K16), base + 4 * lane + e)
+              << "rows " << i0 << " columns " << col << " lane " << lane << " element " << e;
+        }
+      // add_dq_fragment's steps: the next n8 tile 128 floats on, the next m16 tile 16 rows on.
+      EXPECT_EQ(dq_acc_offset(row0, i0, col + 8, K16) - base, 128);
+      EXPECT_EQ(dq_acc_offset(row0, i0 + 16, col, K16) - base, 16 * K16);
+    }
+}
+
+}  // namespace
