@@ -11,7 +11,7 @@
 //                                hidden tiles are never touched). Per query tile it recomputes S = QK^T,
 //                                P = exp(s - lse), dP = dO V^T, dS = P (dP - D), accumulates dV += P^T dO and
 //                                dK += dS^T Q in registers, and (default mode) adds dQ += dS K into an fp32
-//                                workspace with vector atomics (8- or 16-byte, TileConfig::kDqRedWidth), and
+//                                workspace with 16-byte vector atomics (in MMA fragment order: dq_acc_offset), and
 //                                with a gate or a sink only (the kRowSums variant) E[i] = sum_j P dP and
 //                                mass[i] = sum_j P into fp32 row buffers. Q/dO tiles stream in through
 //                                TileStream. Step shapes follow FlashAttention-2 (128 keys x 128 rows
