@@ -19,7 +19,7 @@ namespace flashgate::cuda::bwd {
 
 template <class T, int kD>
 __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
-    dq_kernel(BackwardParams p, TileSchedule query_tiles, int slices, int stages) {
+    dq_kernel(BackwardParams p, TileSchedule query_tiles, int slices, int stages, bool d_only) {
   using C = TileConfig<kD>;
   constexpr int kBr = C::kQueryRows, kBc = C::kKeyCols, kSlice = C::kSliceQ;
   constexpr int LD = kD + 8, LDS = kBc + 8;
@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
     gemm_abt<T, 1, NT, 0>(dp, ldsm_a<uint32_t>(sdO, LD, s_m0, lane), ldsm_b<uint32_t>(sV, LD, s_n0, lane), LD,
                           p.V16 / 16);
     grads(dp, s, 0, rt, sums);
+    if (d_only) continue;  // E only (its sums are in); the loop's first barrier still guards the stage
     store_fragment<T, 1, NT>(sdS, LDS, dp, s_m0, s_n0, lane);
     __syncthreads();
 
@@ -119,9 +120,10 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
   }
   ptx::cp_async_wait<0>();  // Q/dO copies are still in flight when the rows see no key
 
-  if (p.need_E && slice == 0) {
-    // E (and the mass) over the row's quad, then over the SN warps of a row block, in a fixed order.
-    for (int pass = 0; pass < (a.has_gate ? 2 : 1); ++pass) {
+  if ((p.need_E || d_only) && slice == 0) {
+    // E (and the mass) over the row's quad, then over the SN warps of a row block, in a fixed order; d_only
+    // puts E into D.
+    for (int pass = 0; pass < (a.has_gate && !d_only ? 2 : 1); ++pass) {
       __syncthreads();  // sRed is free
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
@@ -129,7 +131,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
         if (c == 0) sRed[sn * kBr + s_m0 + g + 8 * hi] = sum;
       }
       __syncthreads();
-      float* out = pass == 0 ? p.E : p.mass;
+      float* out = pass == 0 ? (d_only ? p.D : p.E) : p.mass;
       for (int r = tid; r < kBr; r += kMmaThreads) {
         float v = 0.f;
         for (int w = 0; w < SN; ++w) v += sRed[w * kBr + r];
@@ -138,23 +140,25 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
     }
   }
 
+  if (d_only) return;
   const int64_t t0 = seq.start + i0;
   store_fragment_global<T, 1, NTQ>([&](int r) { return p.dq.row<T>(seq.batch, t0 + r, h); }, dq, a.scale, qm * 16,
                                    q_n0, len - i0, a.K, p.dq_width, lane);
 }
 
 template <class T, int kD>
-void launch_dq_mma(const BackwardParams& p, const TileSchedule& queries, int slices, int stages, cudaStream_t stream) {
+void launch_dq_mma(const BackwardParams& p, const TileSchedule& queries, int slices, int stages, bool d_only,
+                   cudaStream_t stream) {
   const int64_t blocks = queries.num_tiles * p.a.HQ * slices;
   if (blocks == 0) return;
   const size_t smem = dq_smem_bytes<kD>(stages);
   FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<T, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(smem)));
-  dq_kernel<T, kD><<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, queries, slices, stages);
+  dq_kernel<T, kD><<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, queries, slices, stages, d_only);
   FLASHGATE_CHECK_LAUNCH("dq_kernel");
 }
 
 #define FLASHGATE_INSTANTIATE_DQ(T, D)                                                                 \
-  template void launch_dq_mma<T, D>(const BackwardParams&, const TileSchedule&, int, int, cudaStream_t);
+  template void launch_dq_mma<T, D>(const BackwardParams&, const TileSchedule&, int, int, bool, cudaStream_t);
 
 }  // namespace flashgate::cuda::bwd

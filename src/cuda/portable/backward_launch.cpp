@@ -86,6 +86,7 @@ BackwardParams make_params(const BackwardArgs& args, const detail::AttentionProb
   p.V16 = round16(prob.V);
   p.deterministic = args.deterministic;
   p.need_E = prob.has_gate || prob.has_sink;
+  p.exact_D = p.K16 == 16;
   return p;
 }
 
@@ -114,7 +115,7 @@ Plan make_plan(BackwardParams& p, const DeviceLimits& dev) {
   plan.stages_kv = t.smem_dkdv[2] <= optin ? 2 : t.smem_dkdv[1] <= optin ? 1 : 0;
   const bool dq_two = t.smem_dq[2] <= optin && t.smem_dq[2] * t.dq_min_blocks <= per_sm;
   plan.stages_q = dq_two ? 2 : t.smem_dq[1] <= optin ? 1 : 0;
-  if (plan.stages_kv == 0 || (p.deterministic && plan.stages_q == 0)) return plan;
+  if (plan.stages_kv == 0 || ((p.deterministic || p.exact_D) && plan.stages_q == 0)) return plan;
 
   plan.slices_kv = static_cast<int>(ceil_div(std::max(p.K16, p.V16), plan.tiles.slice_kv));
   plan.slices_q = static_cast<int>(ceil_div(p.K16, plan.tiles.dq_slice));
@@ -177,7 +178,7 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
     p.dv_part = w.take<float>(kv_rows * p.V16);
   }
   m.keys = w.take<TileMapEntry>(cuda::tile_map_entries(p.a, plan.tiles.key_tile));
-  if (p.deterministic) m.queries = w.take<TileMapEntry>(cuda::tile_map_entries(p.a, plan.tiles.dq_rows));
+  if (p.deterministic || p.exact_D) m.queries = w.take<TileMapEntry>(cuda::tile_map_entries(p.a, plan.tiles.dq_rows));
   const AttentionParams& a = p.a;
   m.q = take_repack(w, a.q_width, a.B, a.T, a.HQ, a.K);
   m.k = take_repack(w, a.k_width, a.B, a.T, a.H, a.K);
@@ -195,27 +196,25 @@ void launch_dkdv(const BackwardParams& p, const Plan& plan, const TileSchedule& 
     cuda::bwd::launch_dkdv_mma<T, kD, false>(p, keys, plan.slices_kv, plan.stages_kv, stream);
 }
 
+// One bucket's kernels in order: exact_D's pre-pass (D = sum_j P dP, one slice), the dq kernel
+// (deterministic mode), the dK/dV kernel.
+template <class T, int kD>
+void launch_bucket(const BackwardParams& p, const Plan& plan, const TileSchedule& keys, const TileSchedule& queries,
+                   cudaStream_t stream) {
+  using namespace cuda::bwd;
+  if (p.exact_D) launch_dq_mma<T, kD>(p, queries, 1, plan.stages_q, /*d_only=*/true, stream);
+  if (p.deterministic) launch_dq_mma<T, kD>(p, queries, plan.slices_q, plan.stages_q, /*d_only=*/false, stream);
+  launch_dkdv<T, kD>(p, plan, keys, stream);
+}
+
 template <class T>
 void launch_mma_kernels(const BackwardParams& p, const Plan& plan, const TileSchedule& keys,
                         const TileSchedule& queries, cudaStream_t stream) {
-  using namespace cuda::bwd;
   switch (plan.bucket) {
-    case 64:
-      if (p.deterministic) launch_dq_mma<T, 64>(p, queries, plan.slices_q, plan.stages_q, stream);
-      launch_dkdv<T, 64>(p, plan, keys, stream);
-      break;
-    case 128:
-      if (p.deterministic) launch_dq_mma<T, 128>(p, queries, plan.slices_q, plan.stages_q, stream);
-      launch_dkdv<T, 128>(p, plan, keys, stream);
-      break;
-    case 256:
-      if (p.deterministic) launch_dq_mma<T, 256>(p, queries, plan.slices_q, plan.stages_q, stream);
-      launch_dkdv<T, 256>(p, plan, keys, stream);
-      break;
-    default:
-      if (p.deterministic) launch_dq_mma<T, 512>(p, queries, plan.slices_q, plan.stages_q, stream);
-      launch_dkdv<T, 512>(p, plan, keys, stream);
-      break;
+    case 64: return launch_bucket<T, 64>(p, plan, keys, queries, stream);
+    case 128: return launch_bucket<T, 128>(p, plan, keys, queries, stream);
+    case 256: return launch_bucket<T, 256>(p, plan, keys, queries, stream);
+    default: return launch_bucket<T, 512>(p, plan, keys, queries, stream);
   }
 }
 
@@ -273,7 +272,7 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
     const TileSchedule keys = cuda::make_tile_schedule(p.a, plan.tiles.key_tile, maps.keys);
     cuda::launch_build_tile_map(p.a, keys, maps.keys, stream);
     TileSchedule queries;
-    if (p.deterministic) {
+    if (p.deterministic || p.exact_D) {
       queries = cuda::make_tile_schedule(p.a, plan.tiles.dq_rows, maps.queries);
       cuda::launch_build_tile_map(p.a, queries, maps.queries, stream);
     }

@@ -19,6 +19,7 @@ struct BackwardParams {
   int K16 = 16, V16 = 16;               // head dims rounded up to the MMA k-step
   bool deterministic = false;
   bool need_E = false;                  // gate or sink: E[i] = sum_j P dP is needed
+  bool exact_D = false;                 // D[i] = sum_j P dP by a query-major pre-pass, not o·do (backward.h)
 
   // Workspace.
   float* lse = nullptr;     // contiguous copy of the forward's lse (natural log)
