@@ -42,13 +42,13 @@ struct BackwardParams {
   }
 };
 
-// dq_acc's layout (the one place for this rule): per (b, query head) dq_T rows of K16 floats; sequence n
-// starts at row dq_row (16-aligned, 16-row groups clear of the next sequence's), and each 16-row group
+// dq_acc's layout (the one place for this rule): per (b, query head) dq_acc_rows_per_head rows of K16 floats;
+// sequence n starts at row dq_row (16-aligned, 16-row groups clear of the next sequence's), and each 16-row group
 // of a sequence is stored in MMA accumulator order: its 16 x 8 block of columns 8C.. is 128 consecutive
 // floats, where lane 4g + c of an m16n8 fragment (rows g, g+8; columns 2c, 2c+1) keeps its four values at
 // 4 (4g + c) .. +3. So a warp adds a whole block with one 16-byte reduction per lane, 512 consecutive bytes
-// (plain rows put the block on eight cache lines and took the dK/dV kernel's load/store unit 8-15% of its
-// time at D128-D256 on the H200). Rows of a group past the sequence's end are padding nobody reads.
+// (plain rows put the block on eight cache lines: the dK/dV kernel ran 7-15% slower at D128-D256 on the H200,
+// session 8). Rows of a group past the sequence's end are padding nobody reads.
 FG_HOST_DEVICE int64_t dq_acc_rows_per_head(const AttentionParams& a) {
   const int64_t rows = a.packed ? a.T + 16 * a.num_seqs : a.T;  // a group may start 15 rows after a sequence
   return (rows + 15) / 16 * 16;
