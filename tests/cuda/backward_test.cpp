@@ -313,11 +313,14 @@ TEST(Backward, StridedAndUnalignedRows) {
   }
 }
 
+// Packed lengths of the tiny-dims cases: empty, single-token, prime and tile +- 1 segments.
+const std::vector<int64_t> kTinyLengths = {1, 2, 3, 0, 5, 7, 11, 13, 64, 65, 63};
+
 TEST(Backward, TinyDimsAndLengths) {
   FLASHGATE_REQUIRE_GPU();
   for (auto [K, V] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {1, 64}, {64, 1}, {17, 3}}) {
     AttentionConfig c = base(DType::bf16, K, V);
-    c.packed = {1, 2, 3, 0, 5, 7, 11, 13, 64, 65, 63};
+    c.packed = kTinyLengths;
     c.gate = true;
     c.sink = K != 17;
     check_backward(c);
@@ -331,7 +334,7 @@ TEST(Backward, OneColumnHeadsManySeeds) {
   FLASHGATE_REQUIRE_GPU();
   for (int run = 0; run < 20; ++run) {
     AttentionConfig c = base(DType::bf16, 1, 1);
-    c.packed = {1, 2, 3, 0, 5, 7, 11, 13, 64, 65, 63};
+    c.packed = kTinyLengths;
     c.gate = c.sink = true;
     c.deterministic = run % 4 == 3;
     check_backward(c);
