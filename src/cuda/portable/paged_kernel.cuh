@@ -280,11 +280,17 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   const int split = blockIdx.z;
   // The CTA's kv heads, taken in turn over the same keys (p.heads_per_cta; ServingParams).
   const int heads_per_cta = Tile::kHeadsInTurn ? p.heads_per_cta : 1;
-  const int kv_head0 = blockIdx.y * heads_per_cta;
+  // The grid is (row blocks, head groups, splits), but a CTA takes its pair from the grid's linear (dispatch)
+  // order with the head group fastest: the CTAs that read the other kv heads of the same pages then run at the
+  // same time, also across waves (DRAM serves neighbouring heads' rows together; fp8 +0.5-1%).
+  // (32 bits: serving.cpp refuses row blocks x kv heads >= 2^32.)
+  const uint32_t cta = blockIdx.y * gridDim.x + blockIdx.x;
+  const uint32_t row_block = cta / gridDim.y;
+  const int kv_head0 = static_cast<int>(cta % gridDim.y) * heads_per_cta;
   const int heads = Tile::kHeadsInTurn ? min(heads_per_cta, p.H - kv_head0) : 1;
 
   RowBlock rb;
-  if (!resolve_row_block(p, blockIdx.x, rb)) return;  // the same for every thread of the CTA
+  if (!resolve_row_block(p, row_block, rb)) return;  // the same for every thread of the CTA
 
   // This split's keys: num_tiles stages per kv head; the ring streams all heads' tiles in one order
   // (head-major), so the next head's first stages load under this head's last ones.

@@ -273,8 +273,10 @@ PlanInputs paged_inputs(const PagedArgs& a, const detail::PagedProblem& pr) {
 // ---- shared -------------------------------------------------------------------------------------------
 
 std::string refusal(const ServingParams& p) {
-  // The fallback's grid is one CTA per (query row, query head); the mma grid's x extent is 32 bits too.
-  if (p.total_q * p.HQ >= (int64_t{1} << 31) || p.row_blocks >= (int64_t{1} << 31))
+  // The fallback's grid is one CTA per (query row, query head); the mma grid's x extent is 32 bits too, and
+  // its CTAs number themselves x * y in 32 bits (paged_kernel.cuh).
+  if (p.total_q * p.HQ >= (int64_t{1} << 31) || p.row_blocks >= (int64_t{1} << 31) ||
+      p.row_blocks * p.H >= (int64_t{1} << 32))
     return "more than 2^31 (query row, query head) pairs";
   return "";
 }
