@@ -230,6 +230,17 @@ TEST(PagedCuda, Fp8PerTokenBiasLongContext) {
   check_paged(c);
 }
 
+// The same with per-token magnitudes 1000x apart (beyond the SPEC's 20x): P * scale spans ten binades.
+TEST(PagedCuda, Fp8PerTokenBiasWideSpread) {
+  FLASHGATE_REQUIRE_GPU();
+  PagedConfig c = fp8(base(), ScaleMode::per_token);
+  c.heads = 8, c.kv_heads = 1, c.block_size = 16;
+  c.token_spread = 1000.0;
+  c.context_lens = {4096, 3000};
+  c.query_lens = {4, 1};
+  check_paged(c);
+}
+
 // ---- long contexts ------------------------------------------------------------------------------------
 
 TEST(PagedCuda, Context65537) {
