@@ -280,10 +280,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   const int split = blockIdx.z;
   // The CTA's kv heads, taken in turn over the same keys (p.heads_per_cta; ServingParams).
   const int heads_per_cta = Tile::kHeadsInTurn ? p.heads_per_cta : 1;
-  // The grid is (row blocks, head groups, splits), but a CTA takes its pair from the grid's linear (dispatch)
-  // order with the head group fastest: the CTAs that read the other kv heads of the same pages then run at the
-  // same time, also across waves (DRAM serves neighbouring heads' rows together; fp8 +0.5-1%).
-  // (32 bits: serving.cpp refuses row blocks x kv heads >= 2^32.)
+  // The grid is (row blocks, head groups, splits), but a CTA takes its (row block, head group) from its place in
+  // the grid's linear (dispatch) order, head group fastest: the CTAs that read the other kv heads of the same
+  // pages then run at the same time, also across waves (fp8 +0.5-1%, docs/perf-notes.md "Session 9"). 32-bit
+  // index: serving.cpp refuses row blocks x kv heads >= 2^32.
   const uint32_t cta = blockIdx.y * gridDim.x + blockIdx.x;
   const uint32_t row_block = cta / gridDim.y;
   const int kv_head0 = static_cast<int>(cta % gridDim.y) * heads_per_cta;
