@@ -1,0 +1,104 @@
+// Compile-time shape of the serving kernel (paged_kernel.cuh): per cache kind and padded head dims, how the
+// 4 warps split keys and value dims, the ring's stage layout and its bank-conflict-free swizzles, and the
+// register and shared-memory budgets the host planner reads through PagedMma::shape().
+#pragma once
+
+#include "cuda/common/host_device.h"
+#include "cuda/portable/paged_fragments.cuh"
+#include "cuda/portable/paged_params.h"
+
+namespace flashgate::cuda {
+
+// Compile-time shape of one instantiation: cache kind and padded head dims KP (keys) and VP (values).
+template <CacheKind C, int KP_, int VP_>
+struct PagedTile {
+  using Traits = CacheTraits<C>;
+  using Frag = Fragments<C>;
+  static constexpr CacheKind kCache = C;
+  static constexpr int kThreads = 128, kWarps = 4, kRows = 16;
+  static constexpr int KP = KP_, VP = VP_;
+  static constexpr int kBytes = Traits::kBytes;
+  static constexpr int E = Frag::kElemsPer16B;
+  static constexpr int WV = VP > 128 ? VP / 128 : 1;  // warps across value dims
+  static constexpr int VW = VP / WV;                   // value dims per warp
+  static constexpr int WK = kWarps / WV;               // warps across keys
+  static constexpr int kKeysPerWarp = 16;
+  static constexpr int KS = kKeysPerWarp * WK;         // keys per stage
+  static constexpr int kKeyRowBytes = KP * kBytes, kValueRowBytes = VP * kBytes;
+  static constexpr int kKSteps = KP / 16;
+  static constexpr int kKeyRounds = KP / Frag::kDimsPerKeyRound;
+  static constexpr int kValueRounds = VW / (8 * E);
+  static constexpr int kValueTiles = VW / 8;
+  // fp8 D128 runs 4 CTAs per SM (16 warps): its loop is latency-bound at 3 (docs/perf-notes.md, session 6),
+  // so it reads the query fragments from shared memory every stage (8 loads) to fit 128 registers.
+  static constexpr bool kFourCtas = Traits::kFp8 && KP == 128 && VP == 128;
+  static constexpr bool kQInRegisters = KP <= 128 && !kFourCtas;
+  static constexpr bool kScaleSlots = Traits::kFp8;    // per-token scales staged next to the rows
+  static constexpr bool kScaleQ = Traits::kFp8;        // f16 Q K^T with a cache of any range: scale Q rows
+  static constexpr int kStageBytes = KS * (kKeyRowBytes + kValueRowBytes) + (kScaleSlots ? 2 * KS * 4 : 0);
+  static constexpr int kQBytes = kKSteps * 32 * 16;    // query fragments, [k-step][lane][4 registers]
+  static constexpr int kRowInfoBytes = kRows * 32;
+  static constexpr int kMergeFactsBytes = 2 * WK * kRows * 4 + 2 * kRows * 4;  // row maxima, sums, scales, lse
+  static constexpr int kFixedBytes = kRowInfoBytes + kMergeFactsBytes + kQBytes;
+  // The final cross-warp merge: each warp's partial o ([16][VP] fp32, one part) goes into a ring slot that
+  // its kv head has consumed last (kMergeSlots slots), so that the CTA's next kv head can already have its
+  // first stages in flight in the others. Where a part does not fit a stage (fp8 D512, K576), the parts
+  // take the ring from its start and the next head's loads wait for the merge (kReduceBytes of ring).
+  static constexpr int kPartBytes = kRows * VP * 4;
+  static constexpr int kPartsPerSlot = kStageBytes / kPartBytes;
+  static constexpr bool kMergeInSlots = kPartsPerSlot >= 1;
+  static constexpr int kMergeSlots = kMergeInSlots ? (WK + kPartsPerSlot - 1) / kPartsPerSlot : 0;
+  static constexpr int kReduceBytes = kMergeInSlots ? 0 : WK * kPartBytes;
+  // Several kv heads per CTA (ServingParams::heads_per_cta): 16-bit caches only; the fp8 kernels sit at their
+  // register bounds (kMinBlocksPerSM) and spilled with the head loop's state.
+  static constexpr bool kHeadsInTurn = !Traits::kFp8;
+  // Query fragments by cp.async (16-bit caches with K <= 128, the query held in registers): a pure permuted
+  // copy, issued ahead with the stages, so a head's start does not wait on a query round trip queued behind
+  // its own stages. Elsewhere (fp8 scales each row; wider heads read the fragments every stage) the CTA
+  // stages them through registers at the head's start.
+  static constexpr bool kQByCopy = kHeadsInTurn && kQInRegisters;
+  // Where warps split the keys alone (WV == 1), warp w loads and reads the same rows of every stage (keys
+  // [16w, 16w + 16) and their scales): a stage changes hands within the warp, so the loop's barriers are warp
+  // barriers and the warps drift apart within the ring instead of meeting twice a stage. The query fragments
+  // of a head (copied by all threads, read by all warps) still take CTA barriers at its first stage.
+  static constexpr bool kWarpOwnsRows = KS / kWarps == kKeysPerWarp;
+  // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
+  static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
+  // Register budget: 4 CTAs per SM (128 registers) for fp8 D128 (3 stages; it spills 8 B, two reloads per
+  // stage); 3 (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to D256, D64); elsewhere it
+  // holds 2, and up to 255 registers avoid spills. The planner picks the stages that keep this count.
+  static constexpr int kMinBlocksPerSM = kFourCtas ? 4 : (Traits::kFp8 && VP <= 256) || VP <= 64 ? 3 : 2;
+  // The launch bound: sm_8x keeps 3 for fp8 D128 (its emulated fp8 conversions spill 20 B at 128 registers,
+  // and an A100's 164 KB of shared memory holds 3 such CTAs at most).
+  static constexpr int kLaunchMinBlocks = kFourCtas && kSm8xDevicePass ? 3 : kMinBlocksPerSM;
+  // Stages ahead that the loader looks block-table entries up: two where registers allow (the fp8 kernels
+  // sit at their bounds).
+  static constexpr int kLookAhead = Traits::kFp8 ? 1 : 2;
+
+  static_assert(KP % Frag::kDimsPerKeyRound == 0, "key dims must fill whole 16-byte lane loads");
+  static_assert(VW % (8 * E) == 0 && kValueRowBytes % 128 == 0, "value dims must fill whole rounds");
+  static_assert(VP % 32 == 0, "reduce_col permutes dims within aligned groups of 32");
+  static_assert(WV * WK == kWarps, "warps must tile keys x value dims");
+  static_assert(kMergeSlots <= 2, "the loads held back for the merge fit one commit group per skipped stage");
+
+  // Byte offset of 16-byte chunk `chunk` of key row `row` in a stage (pairs of rows alternate 64-byte halves,
+  // so the 8 lanes of one load phase, 2 rows x 64 bytes, hit all 32 banks).
+  __host__ __device__ static constexpr int key_chunk(int row, int chunk) {
+    return row * kKeyRowBytes + ((kSwizzleKeys ? (chunk ^ ((row & 1) << 2)) : chunk) << 4);
+  }
+  // Value rows 2c, 2c+2, 2c+4, 2c+6 (one load phase) shift their chunks by 0, 2, 4, 6.
+  __host__ __device__ static constexpr int value_chunk(int row, int chunk) {
+    return row * kValueRowBytes + ((chunk ^ (((row >> 1) & 3) << 1)) << 4);
+  }
+  // Column of value dim d of row r in the cross-warp merge buffer ([WK][16][VP] floats). An accumulator store
+  // covers 8 rows x 4 lane columns whose dims lie 8 or 16 apart, i.e. 2 banks unswizzled (16-way conflicts);
+  // permuting dim bits 0-4 by the row (bits 0-2) and by dim bits 5-6 (bits 3-4) spreads it over all 32.
+  __host__ __device__ static constexpr int reduce_col(int r, int d) { return d ^ ((r & 7) | (((d >> 5) & 3) << 3)); }
+
+  static constexpr int smem_bytes(int stages) {
+    const int pipe = stages * kStageBytes;
+    return kFixedBytes + (pipe > kReduceBytes ? pipe : kReduceBytes);
+  }
+};
+
+}  // namespace flashgate::cuda
