@@ -37,16 +37,10 @@ constexpr double kTolerance = 0.005;
 
 const auto run_decode = [](const flashgate::DecodeArgs& a, const Launch& l) { flashgate::decode(a, l); };
 
-struct Reference {
-  DecodeCase host;
-  OwnedTensor o;  // fp64
-};
+using Reference = fgtest::ReferenceCase<DecodeCase>;
 
 Reference reference(const DecodeConfig& cfg, uint64_t seed) {
-  flashgate::harness::Rng rng(seed);
-  Reference r{DecodeCase::random(cfg, rng), {}};
-  r.o = fgtest::fp64_output(r.host, run_decode);
-  return r;
+  return fgtest::reference_case<DecodeCase>(cfg, seed, run_decode);
 }
 
 OwnedTensor run_gpu(const DecodeCase& host) { return fgtest::gpu_output(host, run_decode); }

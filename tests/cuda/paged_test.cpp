@@ -44,16 +44,10 @@ constexpr double kBiasTolerance = 5e-4;
 
 const auto run_paged = [](const flashgate::PagedArgs& a, const Launch& l) { flashgate::paged_attention(a, l); };
 
-struct Reference {
-  PagedCase host;  // the inputs, on the host
-  OwnedTensor o;   // fp64 reference output
-};
+using Reference = fgtest::ReferenceCase<PagedCase>;
 
 Reference reference(const PagedConfig& cfg, uint64_t seed) {
-  flashgate::harness::Rng rng(seed);
-  Reference r{PagedCase::random(cfg, rng), {}};
-  r.o = fgtest::fp64_output(r.host, run_paged);
-  return r;
+  return fgtest::reference_case<PagedCase>(cfg, seed, run_paged);
 }
 
 // The cuda backend's output for the host case (poisoned output, device copy).

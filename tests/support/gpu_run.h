@@ -75,4 +75,19 @@ flashgate::harness::OwnedTensor gpu_output(const Case& host, Op op) {
   return dev.o.to(flashgate::Device::cpu);
 }
 
+// A case drawn from `seed` (its host inputs) and its fp64 reference output.
+template <class Case>
+struct ReferenceCase {
+  Case host;
+  flashgate::harness::OwnedTensor o;  // fp64
+};
+
+template <class Case, class Config, class Op>
+ReferenceCase<Case> reference_case(const Config& cfg, uint64_t seed, Op op) {
+  flashgate::harness::Rng rng(seed);
+  ReferenceCase<Case> r{Case::random(cfg, rng), {}};
+  r.o = fp64_output(r.host, op);
+  return r;
+}
+
 }  // namespace fgtest
