@@ -277,7 +277,7 @@ std::string refusal(const ServingParams& p) {
   // its CTAs number themselves x * y in 32 bits (paged_kernel.cuh).
   if (p.total_q * p.HQ >= (int64_t{1} << 31) || p.row_blocks >= (int64_t{1} << 31) ||
       p.row_blocks * p.H >= (int64_t{1} << 32))
-    return "more than 2^31 (query row, query head) pairs";
+    return "more than 2^31 (query row, query head) pairs, or 2^32 row blocks x kv heads";
   return "";
 }
 
