@@ -71,9 +71,6 @@ struct PagedTile {
   // The launch bound: sm_8x keeps 3 for fp8 D128 (its emulated fp8 conversions spill 20 B at 128 registers,
   // and an A100's 164 KB of shared memory holds 3 such CTAs at most).
   static constexpr int kLaunchMinBlocks = kFourCtas && kSm8xDevicePass ? 3 : kMinBlocksPerSM;
-  // Stages ahead that the loader looks block-table entries up: two where registers allow (the fp8 kernels
-  // sit at their bounds).
-  static constexpr int kLookAhead = Traits::kFp8 ? 1 : 2;
 
   static_assert(KP % Frag::kDimsPerKeyRound == 0, "key dims must fill whole 16-byte lane loads");
   static_assert(VW % (8 * E) == 0 && kValueRowBytes % 128 == 0, "value dims must fill whole rounds");
