@@ -202,8 +202,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       copy_values.copy_run(vstage, vbase + (block0 * p.v_block_stride + t * p.v_slot_stride) * Tile::kBytes,
                            v_row_step, row0, value_chunk);
     } else {
-      // Rows across a page edge, past the slice or behind a bad entry: each lane looks its row up (rare).
-      ok = ok && j < slice.end && locate_key(p, rb.seq, /*kv_head=*/0, j, key_page(p, table_row, j), kr);
+      // Rows across a page edge (an unaligned window's every stage), past the slice or behind a bad entry:
+      // a lane whose row lies in a later page than the warp's first row looks its entry up.
+      KeyPage page;  // decode: unused
+      if (ok && j < slice.end && p.block_table) {
+        const int page_index = page_index_of(p, j);
+        page = page_index == page_index_of(p, first) ? KeyPage{block0, j - page_index * p.block_size}
+                                                     : key_page(p, table_row, j);
+      }
+      ok = ok && j < slice.end && locate_key(p, rb.seq, /*kv_head=*/0, j, page, kr);
       const uint32_t live = __ballot_sync(0xffffffffu, ok);
       copy_keys(stage, ok ? kbase + kr.k_off * Tile::kBytes : kbase, live, row0, key_chunk);
       copy_values(vstage, ok ? vbase + kr.v_off * Tile::kBytes : vbase, live, row0, value_chunk);
