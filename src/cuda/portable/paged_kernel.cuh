@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
 
   // Stage loader: warp w copies stage rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp); lane i looks row i
   // up (block table, scales) once and the lanes that copy the row get its address by shuffle. Stages are
-  // loaded in tile order, so the loader keeps its own key and ring slot, and fetches the block-table entry
-  // of its row kLookAhead stages early (the copy then does not wait on a table load).
+  // loaded in tile order, so the loader keeps its own key and ring slot; the block-table entries of its
+  // stages come a group of 32 stages ahead (StageTable), so a copy does not wait on a table load.
   constexpr int kRowsPerWarp = KS / Tile::kWarps;
   const int key_bytes = p.K * Tile::kBytes, value_bytes = p.V * Tile::kBytes;
   // The first kv head's rows and per-token scales: the head term of every key's offset is added per stage.
@@ -147,23 +147,19 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   int load_tile = 0, load_head = 0;  // the next stage to load: its tile within its head, the head
   int load_key = lane_key0;      // this lane's row in that stage
   int load_slot = 0;
-  // This lane's row in the stage `a` tiles after tile t of a head (the next head's when past the last
-  // tile; a < 2 wraps at most once).
-  auto key_after = [&](int t, int a) {
-    t += a;
-    return lane_key0 + (t >= num_tiles ? t - num_tiles : t) * KS;
-  };
-  // Block-table entries of this lane's rows in the next kLookAhead stages: under full HBM load an entry
-  // that misses in L2 can take longer than one stage, and a short CTA has few stages to hide it behind.
-  // Every head of the CTA reads the same keys, so the same entries.
+  // Block-table entries of the warp's rows: lane a holds the entry of the page of the warp's first row in
+  // tile 32 * group + a (a group of 32 stages per register), and the next group's entries load while this
+  // group's stages go out. A lookup held in a register that the next stage reads waits on that load when
+  // it reaches the register (a loaded round trip under full HBM load); one 32 stages ahead does not. Every
+  // head of the CTA reads the same keys, so the same entries.
   const int32_t* table_row = table_row_of(p, rb.seq);
-  int ahead[Tile::kLookAhead];  // block numbers (a key's slot is recomputed where needed: one register less)
-  static_assert(Tile::kLookAhead <= 2, "key_after wraps once");
-#pragma unroll
-  for (int a = 0; a < Tile::kLookAhead; ++a) {
-    const int key = num_tiles > 0 ? key_after(0, a) : slice.end;
-    ahead[a] = loader_lane && key < slice.end ? key_page(p, table_row, key).block : 0;
-  }
+  auto fetch_group = [&](int group) {
+    const int tile = group * 32 + lane;
+    const int key = slice.begin + tile * KS + warp * kRowsPerWarp;
+    return table_row && tile < num_tiles && key < slice.end ? key_page(p, table_row, key).block : 0;
+  };
+  int entries = num_tiles > 0 ? fetch_group(0) : 0;
+  int next_entries = num_tiles > 32 ? fetch_group(1) : 0;  // the next group's (the next head's first past the last)
   const bool k_per_token = kFp8 && p.k_scale_mode == CacheScale::per_token;
   const bool v_per_token = kFp8 && p.v_scale_mode == CacheScale::per_token;
   const int64_t k_row_step = p.k_slot_stride * Tile::kBytes, v_row_step = p.v_slot_stride * Tile::kBytes;
@@ -172,7 +168,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     unsigned char* vstage = stage + KS * Tile::kKeyRowBytes;
     load_slot = load_slot + 1 == stages ? 0 : load_slot + 1;
     const int j = load_key;
-    const int block = ahead[0];
+    const int tile = Tile::kHeadsInTurn ? load_tile : loaded;  // this stage's tile within its head
+    if ((tile & 31) == 0 && loaded > 0 && num_tiles > 32) {  // a new group: its entries loaded 32 stages ago
+      entries = next_entries;
+      const int group = tile >> 5;
+      next_entries = fetch_group(32 * (group + 1) < num_tiles ? group + 1 : 0);
+    }
+    const int block0 = __shfl_sync(0xffffffffu, entries, tile & 31);
     const unsigned char* kbase = kbase0 + load_head * p.k_head_stride * Tile::kBytes;
     const unsigned char* vbase = vbase0 + load_head * p.v_head_stride * Tile::kBytes;
     const float* kscale_base = kscale_base0 + load_head * p.k_scale_strides[1];
@@ -180,10 +182,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     ++loaded;
     if (Tile::kHeadsInTurn && ++load_tile == num_tiles) load_tile = 0, ++load_head, load_key = lane_key0;
     else load_key += KS;
-#pragma unroll
-    for (int a = 0; a + 1 < Tile::kLookAhead; ++a) ahead[a] = ahead[a + 1];
-    const int fetch = Tile::kHeadsInTurn ? key_after(load_tile, Tile::kLookAhead - 1) : load_key + (Tile::kLookAhead - 1) * KS;
-    if (loader_lane && fetch < slice.end) ahead[Tile::kLookAhead - 1] = key_page(p, table_row, fetch).block;
     const int row0 = warp * kRowsPerWarp;
     auto key_chunk = [](int row, int chunk) { return Tile::key_chunk(row, chunk); };
     auto value_chunk = [](int row, int chunk) { return Tile::value_chunk(row, chunk); };
@@ -191,7 +189,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     // lane 0's block-table entry and the key numbers tell, with no per-row lookup, and each lane's source
     // advances by a constant.
     const int first = j - lane;  // the warp's first row (the same in every lane)
-    const int block0 = __shfl_sync(0xffffffffu, block, 0);
     const int slot0 = p.block_table ? first - page_index_of(p, first) * p.block_size : 0;  // decode: unused
     const bool run = whole_rows && first + kRowsPerWarp <= slice.end &&
                      (!p.block_table || (slot0 + kRowsPerWarp <= p.block_size && block0 >= 0 && block0 < p.num_blocks));
@@ -205,7 +202,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       copy_values.copy_run(vstage, vbase + (block0 * p.v_block_stride + t * p.v_slot_stride) * Tile::kBytes,
                            v_row_step, row0, value_chunk);
     } else {
-      const KeyPage page{block, p.block_table ? j - page_index_of(p, j) * p.block_size : 0};
+      // Rows across a page edge (an unaligned window's every stage), past the slice or behind a bad entry:
+      // a lane whose row lies in a later page than the warp's first row looks its entry up.
+      KeyPage page;  // decode: unused
+      if (ok && j < slice.end && p.block_table) {
+        const int page_index = page_index_of(p, j);
+        page = page_index == page_index_of(p, first) ? KeyPage{block0, j - page_index * p.block_size}
+                                                     : key_page(p, table_row, j);
+      }
       ok = ok && j < slice.end && locate_key(p, rb.seq, /*kv_head=*/0, j, page, kr);
       const uint32_t live = __ballot_sync(0xffffffffu, ok);
       copy_keys(stage, ok ? kbase + kr.k_off * Tile::kBytes : kbase, live, row0, key_chunk);

@@ -64,16 +64,13 @@ struct PagedTile {
   static constexpr bool kWarpOwnsRows = KS / kWarps == kKeysPerWarp;
   // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
   static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
-  // Register budget: 4 CTAs per SM (128 registers) for fp8 D128 (3 stages; it spills 8 B, two reloads per
+  // Register budget: 4 CTAs per SM (128 registers) for fp8 D128 (3 stages; it spills 12 B, two reloads per
   // stage); 3 (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to D256, D64); elsewhere it
   // holds 2, and up to 255 registers avoid spills. The planner picks the stages that keep this count.
   static constexpr int kMinBlocksPerSM = kFourCtas ? 4 : (Traits::kFp8 && VP <= 256) || VP <= 64 ? 3 : 2;
   // The launch bound: sm_8x keeps 3 for fp8 D128 (its emulated fp8 conversions spill 20 B at 128 registers,
   // and an A100's 164 KB of shared memory holds 3 such CTAs at most).
   static constexpr int kLaunchMinBlocks = kFourCtas && kSm8xDevicePass ? 3 : kMinBlocksPerSM;
-  // Stages ahead that the loader looks block-table entries up: two where registers allow (the fp8 kernels
-  // sit at their bounds).
-  static constexpr int kLookAhead = Traits::kFp8 ? 1 : 2;
 
   static_assert(KP % Frag::kDimsPerKeyRound == 0, "key dims must fill whole 16-byte lane loads");
   static_assert(VW % (8 * E) == 0 && kValueRowBytes % 128 == 0, "value dims must fill whole rounds");
