@@ -126,10 +126,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   // and catch up after the merge.
   const int merge_slots = Tile::kMergeInSlots ? Tile::kMergeSlots : stages;
 
-  // Stage loader: warp w copies stage rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp); lane i looks row i
-  // up (block table, scales) once and the lanes that copy the row get its address by shuffle. Stages are
-  // loaded in tile order, so the loader keeps its own key and ring slot; the block-table entries of its
-  // stages come a group of 32 stages ahead (StageTable), so a copy does not wait on a table load.
+  // Stage loader: warp w copies stage rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp); the rows' addresses
+  // come from the block-table entry of the warp's first row (or, off the common path, lane i looks row i
+  // up), and lane i fetches row i's per-token scales. Stages are loaded in tile order, so the loader keeps
+  // its own key and ring slot; block-table entries come a group of 32 stages ahead (below).
   constexpr int kRowsPerWarp = KS / Tile::kWarps;
   const int key_bytes = p.K * Tile::kBytes, value_bytes = p.V * Tile::kBytes;
   // The first kv head's rows and per-token scales: the head term of every key's offset is added per stage.
@@ -148,10 +148,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   int load_key = lane_key0;      // this lane's row in that stage
   int load_slot = 0;
   // Block-table entries of the warp's rows: lane a holds the entry of the page of the warp's first row in
-  // tile 32 * group + a (a group of 32 stages per register), and the next group's entries load while this
-  // group's stages go out. A lookup held in a register that the next stage reads waits on that load when
-  // it reaches the register (a loaded round trip under full HBM load); one 32 stages ahead does not. Every
-  // head of the CTA reads the same keys, so the same entries.
+  // tile 32 * group + a (one register covers 32 stages), and the next group's entries load while this
+  // group's stages go out. Entries looked up a stage or two ahead and shifted through registers made each
+  // stage wait for the previous stage's lookup, a loaded round trip behind the stream (docs/perf-notes.md,
+  // "Session 11"). Every head of the CTA reads the same keys, so the same entries.
   const int32_t* table_row = table_row_of(p, rb.seq);
   auto fetch_group = [&](int group) {
     const int tile = group * 32 + lane;
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     return table_row && tile < num_tiles && key < slice.end ? key_page(p, table_row, key).block : 0;
   };
   int entries = num_tiles > 0 ? fetch_group(0) : 0;
-  int next_entries = num_tiles > 32 ? fetch_group(1) : 0;  // the next group's (the next head's first past the last)
+  int next_entries = num_tiles > 32 ? fetch_group(1) : 0;  // the next group's (past the last: group 0's)
   const bool k_per_token = kFp8 && p.k_scale_mode == CacheScale::per_token;
   const bool v_per_token = kFp8 && p.v_scale_mode == CacheScale::per_token;
   const int64_t k_row_step = p.k_slot_stride * Tile::kBytes, v_row_step = p.v_slot_stride * Tile::kBytes;
