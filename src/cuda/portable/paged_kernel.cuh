@@ -204,13 +204,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     } else {
       // Rows across a page edge (an unaligned window's every stage), past the slice or behind a bad entry:
       // a lane whose row lies in a later page than the warp's first row looks its entry up.
+      ok = ok && j < slice.end;
       KeyPage page;  // decode: unused
-      if (ok && j < slice.end && p.block_table) {
+      if (ok && p.block_table) {
         const int page_index = page_index_of(p, j);
         page = page_index == page_index_of(p, first) ? KeyPage{block0, j - page_index * p.block_size}
                                                      : key_page(p, table_row, j);
       }
-      ok = ok && j < slice.end && locate_key(p, rb.seq, /*kv_head=*/0, j, page, kr);
+      ok = ok && locate_key(p, rb.seq, /*kv_head=*/0, j, page, kr);
       const uint32_t live = __ballot_sync(0xffffffffu, ok);
       copy_keys(stage, ok ? kbase + kr.k_off * Tile::kBytes : kbase, live, row0, key_chunk);
       copy_values(vstage, ok ? vbase + kr.v_off * Tile::kBytes : vbase, live, row0, value_chunk);
