@@ -1,0 +1,16 @@
+#!/bin/bash
+# Session 13 run 7: branch queue + split merge batch by split count: serving tests on both paths, probe.
+cd "$(dirname "$0")/.."
+export FLASHGATE_CPU_THREADS=16 PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16 FLASHGATE_GIT_REV=$(cat .devbin/git_rev)
+exec > >(tee $OUT/s13g.log) 2>&1
+SECONDS=0
+(python3 -m pip install -q --no-build-isolation --no-deps -C cmake.define.FLASHGATE_CUDA_TARGETS=90a . > $OUT/pip.log 2>&1; echo "pip rc=$? at ${SECONDS}s") &
+PIP=$!
+for f in .devbin/xz13/*/*.xz; do d=.devbin/run/$(basename $(dirname $f)); mkdir -p $d; python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.open(sys.argv[1]).read())" $f $d/$(basename $f .xz); chmod +x $d/*; done
+T=.devbin/run/new/flashgate_gpu_tests
+timeout 120 $T --gtest_filter='*Decode*:*Paged*' --gtest_brief=1 > $OUT/gpu_tests_static.log 2>&1; echo "static rc=$? ${SECONDS}s $(grep -E '(PASSED|FAILED|SKIPPED) *\]' $OUT/gpu_tests_static.log | tr '\n' ' ')"
+FLASHGATE_SERVING_QUEUE=1 timeout 120 $T --gtest_filter='*Decode*:*Paged*' --gtest_brief=1 > $OUT/gpu_tests_queue.log 2>&1; echo "queue rc=$? ${SECONDS}s $(grep -E '(PASSED|FAILED|SKIPPED) *\]' $OUT/gpu_tests_queue.log | tr '\n' ' ')"
+grep -E "^\[  FAILED  \]|relative RMS" $OUT/gpu_tests_static.log $OUT/gpu_tests_queue.log | head -10
+wait $PIP
+PROBE_CONFIGS="2,0,0;2,1,250;2,3,100;4,4,200" timeout 240 python3 docs/benchmarks/2026-11-30-s13-queue/probe_s13a.py 2>&1 | grep -v Warning | tee $OUT/probe.log
+echo "took $SECONDS s"
