@@ -4,7 +4,6 @@ import math
 import os
 import platform
 import subprocess
-import sys
 
 import torch
 
@@ -15,8 +14,8 @@ def median_ms(fn, warmup_ms=25, rep_ms=100):
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
-def graph_median_ms(fn, rep_ms=100):
-    """Median time of one replay of a CUDA graph that captured fn() (for small launches: decode)."""
+def graph_replay(fn):
+    """fn() captured in a CUDA graph; returns the graph's replay (a call that launches the whole graph)."""
     fn()  # warm-up outside capture (allocations, autotuning, module load)
     torch.cuda.synchronize()
     stream = torch.cuda.Stream()
@@ -27,7 +26,12 @@ def graph_median_ms(fn, rep_ms=100):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return median_ms(graph.replay, rep_ms=rep_ms)
+    return graph.replay
+
+
+def graph_median_ms(fn, rep_ms=100):
+    """Median time of one replay of a CUDA graph that captured fn() (for small launches: decode)."""
+    return median_ms(graph_replay(fn), rep_ms=rep_ms)
 
 
 def ceilings():

@@ -6,14 +6,13 @@
 #   clean: read a 256 MB buffer before each run (the L2 is as cold, but holds no dirty lines)
 #   none:  runs back to back (BENCHMARKS.md rotates inputs only when they fit in the L2; these do not)
 # Prints us per row and method, GB/s, the ratio to the copy ceiling timed the same way, and fp8 / bf16 tokens/s.
-import os, sys, torch
-ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+import os
+import torch
+from probe_timing import FLUSH, median_us, graphed
 from rows import PAGED_ROWS, DECODE_ROWS
 import run as benchrun
 import peers
 
-FLUSH = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
 METHODS = ("dirty", "clean", "none")
 
 
@@ -24,36 +23,11 @@ def flush(method):
         FLUSH.max()
 
 
-def median_us(fn, method, reps):
-    for _ in range(3):
-        flush(method); fn()
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for a, b in ev:
-        flush(method)
-        a.record(); fn(); b.record()
-    torch.cuda.synchronize()
-    t = sorted(a.elapsed_time(b) for a, b in ev)
-    return t[len(t) // 2] * 1e3
-
-
-def graphed(fn):
-    fn(); torch.cuda.synchronize()
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g.replay
-
-
 def times(fn, reps=60, rounds=2):
     out = {m: [] for m in METHODS}
     for _ in range(rounds):
         for m in METHODS:
-            out[m].append(median_us(fn, m, reps))
+            out[m].append(median_us(fn, lambda: flush(m), reps))
     return {m: sorted(v)[len(v) // 2] for m, v in out.items()}
 
 
