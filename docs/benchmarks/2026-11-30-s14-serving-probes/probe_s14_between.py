@@ -1,0 +1,32 @@
+# Session 14 probe (run 9): is flashgate slower after any other kernel, or only after a large read? The timed
+# replay is preceded, untimed, by nothing (none), a one-element kernel (tiny), or a read of 8, 64 or 256 MB
+# (read8, read64, read256 = probe_s14b's clean flush). Rounds alternate.
+import torch
+from probe_timing import FLUSH, median_us, graphed
+from rows import PAGED_ROWS, DECODE_ROWS
+import run as benchrun
+import peers
+
+one = torch.zeros(1, device="cuda")
+before = {"none": lambda: None, "tiny": lambda: one.add_(1),
+          "read8": lambda: FLUSH[:8 << 20].max(), "read64": lambda: FLUSH[:64 << 20].max(),
+          "read256": lambda: FLUSH.max()}
+rows = [("decode", r) for r in DECODE_ROWS if r.name == "B128 ctx 1024"] + \
+       [("paged", r) for r in PAGED_ROWS if r.name == "B128 ctx 1024"]
+print("| case | contender | " + " | ".join(f"{m} us" for m in before) + " |", flush=True)
+for op, row in rows:
+    t = benchrun.serving_inputs(row, None)
+    contenders = {"flashgate": benchrun.flashgate_decode(row, t) if op == "decode"
+                  else benchrun.flashgate_paged(row, t, None)}
+    if op == "decode":
+        contenders["cuDNN"] = peers.sdpa_decode("CUDNN_ATTENTION")(row, t)
+    for name, f in contenders.items():
+        g = graphed(f)
+        res = {m: [] for m in before}
+        for _ in range(3):
+            for m, b in before.items():
+                res[m].append(median_us(g, b))
+        print(f"| {op} bf16 {row.name} | {name} | " +
+              " | ".join(", ".join(f"{x:.1f}" for x in res[m]) for m in before) + " |", flush=True)
+    del t, contenders
+    torch.cuda.empty_cache()
