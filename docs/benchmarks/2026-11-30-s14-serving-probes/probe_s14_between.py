@@ -1,6 +1,9 @@
-# Session 14 probe (run 9): is flashgate slower after any other kernel, or only after a large read? The timed
-# replay is preceded, untimed, by nothing (none), a one-element kernel (tiny), or a read of 8, 64 or 256 MB
-# (read8, read64, read256 = probe_s14b's clean flush). Rounds alternate.
+# Session 14 probe (runs 9, 10): is flashgate slower after any other kernel, or only after a large read? The
+# timed replay is preceded, untimed, by nothing (none), a one-element kernel (tiny), a contiguous read of 8, 64
+# or 256 MB (read8, read64, read256 = probe_s14b's clean flush), or (run 10, PROBE_STRIDED=1) a read of 64 MB in
+# the K cache's own pattern, 256-byte rows every 2 KB, from another buffer (strided64), alone or followed by
+# read8 (strided64+read8). Rounds alternate.
+import os
 import torch
 from probe_timing import FLUSH, median_us, graphed
 from rows import PAGED_ROWS, DECODE_ROWS
@@ -11,6 +14,11 @@ one = torch.zeros(1, device="cuda")
 before = {"none": lambda: None, "tiny": lambda: one.add_(1),
           "read8": lambda: FLUSH[:8 << 20].max(), "read64": lambda: FLUSH[:64 << 20].max(),
           "read256": lambda: FLUSH.max()}
+if os.environ.get("PROBE_STRIDED"):
+    rows_buf = torch.zeros(256 << 10, 8, 128, device="cuda", dtype=torch.bfloat16)  # 512 MB, 2 KB per "token"
+    strided = rows_buf[:, 0]  # 256 Ki rows of 256 bytes, 2 KB apart: 64 MB read
+    before = {"none": lambda: None, "read8": before["read8"], "strided64": lambda: strided.max(),
+              "strided64+read8": lambda: (strided.max(), FLUSH[:8 << 20].max())}
 rows = [("decode", r) for r in DECODE_ROWS if r.name == "B128 ctx 1024"] + \
        [("paged", r) for r in PAGED_ROWS if r.name == "B128 ctx 1024"]
 print("| case | contender | " + " | ".join(f"{m} us" for m in before) + " |", flush=True)
