@@ -1,0 +1,35 @@
+#!/bin/bash
+# Session 15 device runs: `run_s15.sh N` runs run N from the repository root on the H200 and writes its logs
+# under $OUT. Builds the Python package from the carried tree into .devbin/py/main (git-ignored).
+cd "$(dirname "$0")/../../.."
+export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16
+P=docs/benchmarks/2026-11-30-s15-serving-probes
+SECONDS=0
+build() {  # build NAME [SOURCE]: the package of SOURCE (default: this tree) into .devbin/py/NAME
+  rm -rf .devbin/py/$1  # pip --target keeps an existing package folder (a stale build from an earlier call)
+  timeout 200 python3 -m pip install -q --no-build-isolation --no-deps --target .devbin/py/$1 \
+    -C build-dir=build-wheel/$1 -C cmake.define.FLASHGATE_CUDA_TARGETS=90a ${2:-.} > $OUT/pip_$1.log 2>&1
+  echo "pip $1 rc=$? at ${SECONDS}s"
+}
+case "$1" in
+  1) build main
+     PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s15_state.py > $OUT/probe_state.log 2>&1 ;;
+  2) build main
+     PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s15_pattern.py > $OUT/probe_pattern.log 2>&1 ;;
+  3) build clock .devbin/clock_src  # branch exp-clock, unpacked first: git archive exp-clock | tar -x -C .devbin/clock_src
+     mkdir -p $OUT/clock
+     (nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,clocks_event_reasons.active \
+        --format=csv -lms 100 > $OUT/smi.csv 2>&1) & smi=$!
+     PYTHONPATH=.devbin/py/clock timeout 200 python3 $P/probe_s15_clock.py $OUT/clock > $OUT/probe_clock.log 2>&1
+     kill $smi; rm -f $OUT/clock/*.bin ;;
+  4) build main
+     PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s15_before.py > $OUT/probe_before.log 2>&1 ;;
+  5) build main
+     PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s15_reduce.py > $OUT/probe_reduce.log 2>&1 ;;
+  6) build main
+     PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s15_model.py > $OUT/probe_model.log 2>&1 ;;
+  7) build main
+     PYTHONPATH=.devbin/py/main timeout 400 python3 $P/probe_s15_flush.py > $OUT/probe_flush.log 2>&1 ;;
+  *) echo "usage: run_s15.sh 1..7" >&2; exit 2 ;;
+esac
+echo "run $1 rc=$? took $SECONDS s"
