@@ -30,6 +30,12 @@ case "$1" in
      PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s15_model.py > $OUT/probe_model.log 2>&1 ;;
   7) build main
      PYTHONPATH=.devbin/py/main timeout 400 python3 $P/probe_s15_flush.py > $OUT/probe_flush.log 2>&1 ;;
-  *) echo "usage: run_s15.sh 1..7" >&2; exit 2 ;;
+  8) build main
+     mkdir -p .devbin/params
+     "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" -O2 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -o .devbin/params/libparams.so \
+       $P/params_kernels.cu
+     PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s15_params.py .devbin/params/libparams.so \
+       > $OUT/probe_params.log 2>&1 ;;
+  *) echo "usage: run_s15.sh 1..8" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
