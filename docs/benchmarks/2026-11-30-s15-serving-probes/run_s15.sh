@@ -36,6 +36,14 @@ case "$1" in
        $P/params_kernels.cu
      PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s15_params.py .devbin/params/libparams.so \
        > $OUT/probe_params.log 2>&1 ;;
-  *) echo "usage: run_s15.sh 1..8" >&2; exit 2 ;;
+  9) # branch exp-split-tail: its GPU test binary (built here for sm_90a, carried as .devbin/tail_tests.tar.xz)
+     # with small trailing splits forced on every split launch, then its package and the timing probe
+     mkdir -p .devbin/tail_tests && tar -xJf .devbin/tail_tests.tar.xz -C .devbin/tail_tests
+     FLASHGATE_SPLIT_TAIL=3 FLASHGATE_TAIL_WEIGHT=200 FLASHGATE_CPU_THREADS=16 timeout 200 \
+       .devbin/tail_tests/flashgate_gpu_tests --gtest_filter='*Decode*:*Paged*' > $OUT/gpu_tests_tail.log 2>&1
+     echo "tests rc=$? at ${SECONDS}s"
+     build tail .devbin/tail_src  # git archive exp-split-tail | tar -x -C .devbin/tail_src
+     PYTHONPATH=.devbin/py/tail timeout 300 python3 $P/probe_s15_tail.py > $OUT/probe_tail.log 2>&1 ;;
+  *) echo "usage: run_s15.sh 1..9" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
