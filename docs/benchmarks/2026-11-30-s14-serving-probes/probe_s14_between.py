@@ -5,7 +5,7 @@
 # read8 (strided64+read8). Rounds alternate.
 import os
 import torch
-from probe_timing import FLUSH, median_us, graphed
+from probe_timing import FLUSH, graphed, header, rounds_after, table_row
 from rows import PAGED_ROWS, DECODE_ROWS
 import run as benchrun
 import peers
@@ -21,7 +21,7 @@ if os.environ.get("PROBE_STRIDED"):
               "strided64+read8": lambda: (strided.max(), FLUSH[:8 << 20].max())}
 rows = [("decode", r) for r in DECODE_ROWS if r.name == "B128 ctx 1024"] + \
        [("paged", r) for r in PAGED_ROWS if r.name == "B128 ctx 1024"]
-print("| case | contender | " + " | ".join(f"{m} us" for m in before) + " |", flush=True)
+print(header("| case | contender", before), flush=True)
 for op, row in rows:
     t = benchrun.serving_inputs(row, None)
     contenders = {"flashgate": benchrun.flashgate_decode(row, t) if op == "decode"
@@ -29,12 +29,6 @@ for op, row in rows:
     if op == "decode":
         contenders["cuDNN"] = peers.sdpa_decode("CUDNN_ATTENTION")(row, t)
     for name, f in contenders.items():
-        g = graphed(f)
-        res = {m: [] for m in before}
-        for _ in range(3):
-            for m, b in before.items():
-                res[m].append(median_us(g, b))
-        print(f"| {op} bf16 {row.name} | {name} | " +
-              " | ".join(", ".join(f"{x:.1f}" for x in res[m]) for m in before) + " |", flush=True)
+        print(table_row(f"{op} bf16 {row.name} | {name}", rounds_after(graphed(f), before)), flush=True)
     del t, contenders
     torch.cuda.empty_cache()

@@ -8,7 +8,7 @@
 # and compared with back-to-back replays (none) and the bare clean flush. Rounds alternate.
 # Run 3: PROBE_WARM="meta;code;meta+code"; run 4: "pages;pages+meta"; run 6: "grid".
 import os, torch
-from probe_timing import FLUSH, median_us, graphed
+from probe_timing import FLUSH, graphed, rounds_after, table_row
 from rows import PAGED_ROWS, DECODE_ROWS
 import run as benchrun
 import peers
@@ -86,11 +86,7 @@ for op, row in rows:
             FLUSH.max()
             for w in m.split("+")[1:]:
                 warmups[w]()
-        res = {m: [] for m in methods}
-        for _ in range(3):
-            for m in methods:
-                res[m].append(median_us(g, lambda m=m: before(m)))
-        print(f"| {op} bf16 {row.name} | {name} | " +
-              " | ".join(", ".join(f"{x:.1f}" for x in res[m]) for m in methods) + " |", flush=True)
+        res = rounds_after(g, {m: (lambda m=m: before(m)) for m in methods})
+        print(table_row(f"{op} bf16 {row.name} | {name}", res), flush=True)
     del t, contenders
     torch.cuda.empty_cache()

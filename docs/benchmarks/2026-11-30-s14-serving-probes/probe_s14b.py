@@ -3,24 +3,27 @@
 # leaves the L2 (~50-60 MB) full of dirty lines: the timed kernel then writes them back while it reads. This
 # times the same CUDA-graph replays three ways, in one process, rounds alternating:
 #   dirty: zero a 256 MB buffer before each run (do_bench's flush; the benchmark of record)
-#   clean: read a 256 MB buffer before each run (the L2 is as cold, but holds no dirty lines)
+#   clean: read a 256 MB buffer before each run (the L2 is as cold, but holds no dirty lines): with torch's
+#          max() (session 14's runs), or with PROBE_CLEAN=triton a plain Triton read (session 15 run 7: torch's
+#          reduce kernel itself leaves flashgate's next launch ~8 us slower, docs/perf-notes.md "Session 15")
 #   none:  runs back to back (BENCHMARKS.md rotates inputs only when they fit in the L2; these do not)
 # Prints us per row and method, GB/s, the ratio to the copy ceiling timed the same way, and fp8 / bf16 tokens/s.
 import os
 import torch
-from probe_timing import FLUSH, median_us, graphed
+from probe_timing import FLUSH, median_us, graphed, plain_read
 from rows import PAGED_ROWS, DECODE_ROWS
 import run as benchrun
 import peers
 
 METHODS = ("dirty", "clean", "none")
+clean_read = plain_read(FLUSH, block=8192) if os.environ.get("PROBE_CLEAN") == "triton" else FLUSH.max
 
 
 def flush(method):
     if method == "dirty":
         FLUSH.zero_()
     elif method == "clean":
-        FLUSH.max()
+        clean_read()
 
 
 def times(fn, reps=60, rounds=2):

@@ -11,13 +11,14 @@
 #   cudnn       cuDNN's decode on another cache of the same size
 #   ours_read8  the same op on cache B, then the 8 MB read
 # Rounds alternate.
-import os, sys
+import os, sys, time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "2026-11-30-s14-serving-probes"))
 import torch
 import triton
 import triton.language as tl
-from probe_timing import FLUSH, median_us, graphed  # noqa: E402
+from probe_timing import FLUSH, graphed  # noqa: E402
+from decode_after import print_after  # noqa: E402
 from rows import PAGED_ROWS, DECODE_ROWS  # noqa: E402
 import run as benchrun  # noqa: E402
 import peers  # noqa: E402
@@ -53,14 +54,8 @@ before = {"none": lambda: None, "read8": lambda: FLUSH[:8 << 20].max(), "empty26
           "cudnn": graphed(peers.sdpa_decode("CUDNN_ATTENTION")(row, tb)),
           "ours_read8": lambda: (gb(), FLUSH[:8 << 20].max())}
 torch.cuda.synchronize()
-import time
-t = time.perf_counter(); spin(); torch.cuda.synchronize(); print(f"spin takes ~{(time.perf_counter() - t) * 1e6:.0f} us (host-timed)")
-contenders = {"flashgate": benchrun.flashgate_decode(row, ta), "cuDNN": peers.sdpa_decode("CUDNN_ATTENTION")(row, ta)}
-print("| contender | " + " | ".join(f"{m} us" for m in before) + " |", flush=True)
-for name, f in contenders.items():
-    g = graphed(f)
-    res = {m: [] for m in before}
-    for _ in range(3):
-        for m, b in before.items():
-            res[m].append(median_us(g, b))
-    print(f"| {name} | " + " | ".join(", ".join(f"{x:.1f}" for x in res[m]) for m in before) + " |", flush=True)
+t0 = time.perf_counter()
+spin()
+torch.cuda.synchronize()
+print(f"spin takes ~{(time.perf_counter() - t0) * 1e6:.0f} us (host-timed)")
+print_after(before, ta)

@@ -15,10 +15,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "2026-11-30-s14-serving-probes"))
 import torch
 import torch.nn.functional as F
-from probe_timing import FLUSH, median_us, graphed  # noqa: E402
-from rows import DECODE_ROWS  # noqa: E402
-import run as benchrun  # noqa: E402
-import peers  # noqa: E402
+from probe_timing import FLUSH  # noqa: E402
+from decode_after import print_after  # noqa: E402
 
 x = torch.randn(128, 4096, device="cuda", dtype=torch.bfloat16)
 w = torch.randn(4096, 6144, device="cuda", dtype=torch.bfloat16)
@@ -30,14 +28,4 @@ before = {"none": lambda: None, "max_tiny": lambda: FLUSH[:1024].max(), "sum_tin
           "gemm": lambda: x @ w, "rms_norm": lambda: F.rms_norm(x, (4096,), g),
           "layer_norm": lambda: F.layer_norm(x, (4096,)), "softmax": lambda: xf.softmax(-1),
           "rope_like": lambda: r * c + r}
-row = [rw for rw in DECODE_ROWS if rw.name == "B128 ctx 1024"][0]
-ta = benchrun.serving_inputs(row, None)
-contenders = {"flashgate": benchrun.flashgate_decode(row, ta), "cuDNN": peers.sdpa_decode("CUDNN_ATTENTION")(row, ta)}
-print("| contender | " + " | ".join(f"{m} us" for m in before) + " |", flush=True)
-for name, f in contenders.items():
-    gr = graphed(f)
-    res = {m: [] for m in before}
-    for _ in range(3):
-        for m, b in before.items():
-            res[m].append(median_us(gr, b))
-    print(f"| {name} | " + " | ".join(", ".join(f"{v:.1f}" for v in res[m]) for m in before) + " |", flush=True)
+print_after(before)

@@ -8,10 +8,8 @@ import ctypes, os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "2026-11-30-s14-serving-probes"))
 import torch
-from probe_timing import FLUSH, median_us, graphed  # noqa: E402
-from rows import DECODE_ROWS  # noqa: E402
-import run as benchrun  # noqa: E402
-import peers  # noqa: E402
+from probe_timing import FLUSH  # noqa: E402
+from decode_after import print_after  # noqa: E402
 
 lib = ctypes.CDLL(sys.argv[1])
 lib.launch_params.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
@@ -27,14 +25,4 @@ def params(n):
 
 before = {"none": lambda: None, "params64": params(64), "params2k": params(2048), "params8k": params(8192),
           "params30k": params(30000), "max_tiny": lambda: FLUSH[:1024].max()}
-row = [r for r in DECODE_ROWS if r.name == "B128 ctx 1024"][0]
-ta = benchrun.serving_inputs(row, None)
-contenders = {"flashgate": benchrun.flashgate_decode(row, ta), "cuDNN": peers.sdpa_decode("CUDNN_ATTENTION")(row, ta)}
-print("| contender | " + " | ".join(f"{m} us" for m in before) + " |", flush=True)
-for name, f in contenders.items():
-    g = graphed(f)
-    res = {m: [] for m in before}
-    for _ in range(3):
-        for m, b in before.items():
-            res[m].append(median_us(g, b))
-    print(f"| {name} | " + " | ".join(", ".join(f"{x:.1f}" for x in res[m]) for m in before) + " |", flush=True)
+print_after(before)

@@ -8,7 +8,7 @@ import os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "2026-11-30-s14-serving-probes"))
 import torch
-from probe_timing import FLUSH, median_us, graphed  # noqa: E402
+from probe_timing import FLUSH, graphed, header, rounds_after, table_row  # noqa: E402
 from rows import DECODE_ROWS, PAGED_ROWS  # noqa: E402
 import run as benchrun  # noqa: E402
 import flashgate  # noqa: E402
@@ -63,14 +63,10 @@ cases["paged vLLM layout"] = (fg_paged(kc, vc), [kc, vc])
 cases["paged head-major"] = (fg_paged(kc_hm.permute(1, 2, 0, 3), vc_hm.permute(1, 2, 0, 3)), [kc_hm, vc_hm])
 
 methods = ["none", "read8", "readA"]
-print("| contender | " + " | ".join(f"{m} us" for m in methods) + " |", flush=True)
+print(header("| contender", methods), flush=True)
 for name, (fn, xs) in cases.items():
     g = graphed(fn)
     rd = [x.reshape(-1).view(torch.uint8) for x in xs if x.is_contiguous()]
     before = {"none": lambda: None, "read8": lambda: FLUSH[:8 << 20].max(),
               "readA": lambda: [x.max() for x in rd]}
-    res = {m: [] for m in methods}
-    for _ in range(3):
-        for m in methods:
-            res[m].append(median_us(g, before[m]))
-    print(f"| {name} | " + " | ".join(", ".join(f"{x:.1f}" for x in res[m]) for m in methods) + " |", flush=True)
+    print(table_row(name, rounds_after(g, {m: before[m] for m in methods})), flush=True)

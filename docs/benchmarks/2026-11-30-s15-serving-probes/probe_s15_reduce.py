@@ -17,11 +17,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "2026-11-30-s14-serving-probes"))
 import torch
 import triton
 import triton.language as tl
-from probe_timing import FLUSH, median_us, graphed  # noqa: E402
-from triton_read import plain_read  # noqa: E402
-from rows import DECODE_ROWS  # noqa: E402
-import run as benchrun  # noqa: E402
-import peers  # noqa: E402
+from probe_timing import FLUSH, plain_read  # noqa: E402
+from decode_after import print_after  # noqa: E402
 
 
 @triton.jit
@@ -36,14 +33,4 @@ before = {"none": lambda: None, "max8": lambda: buf8.max(), "rowmax8": lambda: b
           "max_tiny": lambda: buf8[:1024].max(), "copy8": lambda: dst8.copy_(buf8),
           "triton_sum8": plain_read(buf8),
           "triton_atomic": lambda: atomic_kernel[(264,)](word), "fill8": lambda: buf8.zero_()}
-row = [r for r in DECODE_ROWS if r.name == "B128 ctx 1024"][0]
-ta = benchrun.serving_inputs(row, None)
-contenders = {"flashgate": benchrun.flashgate_decode(row, ta), "cuDNN": peers.sdpa_decode("CUDNN_ATTENTION")(row, ta)}
-print("| contender | " + " | ".join(f"{m} us" for m in before) + " |", flush=True)
-for name, f in contenders.items():
-    g = graphed(f)
-    res = {m: [] for m in before}
-    for _ in range(3):
-        for m, b in before.items():
-            res[m].append(median_us(g, b))
-    print(f"| {name} | " + " | ".join(", ".join(f"{x:.1f}" for x in res[m]) for m in before) + " |", flush=True)
+print_after(before)

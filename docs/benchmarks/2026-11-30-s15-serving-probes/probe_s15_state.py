@@ -14,7 +14,7 @@ import os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "2026-11-30-s14-serving-probes"))
 import torch
-from probe_timing import FLUSH, median_us, graphed  # noqa: E402
+from probe_timing import FLUSH, graphed, header, rounds_after, table_row  # noqa: E402
 from rows import PAGED_ROWS, DECODE_ROWS  # noqa: E402
 import run as benchrun  # noqa: E402
 import peers  # noqa: E402
@@ -41,7 +41,7 @@ rows = [("decode", "flashgate", r) for r in DECODE_ROWS if r.name == "B128 ctx 1
        [("decode", "cuDNN", r) for r in DECODE_ROWS if r.name == "B128 ctx 1024"] + \
        [("paged", "flashgate", r) for r in PAGED_ROWS if r.name == "B128 ctx 1024"]
 methods = ["none", "read8", "opB", "readA", "readB", "touchA", "touchB"]
-print("| case | contender | " + " | ".join(f"{m} us" for m in methods) + " |", flush=True)
+print(header("| case | contender", methods), flush=True)
 for op, name, row in rows:
     ta, tb = benchrun.serving_inputs(row, None), benchrun.serving_inputs(row, None)
     fa, xa = case(op, name, row, ta)
@@ -49,11 +49,6 @@ for op, name, row in rows:
     ga, gb = graphed(fa), graphed(fb)
     before = {"none": lambda: None, "read8": lambda: FLUSH[:8 << 20].max(), "opB": gb,
               "readA": read(xa), "readB": read(xb), "touchA": touch(xa), "touchB": touch(xb)}
-    res = {m: [] for m in methods}
-    for _ in range(3):
-        for m in methods:
-            res[m].append(median_us(ga, before[m]))
-    print(f"| {op} bf16 {row.name} | {name} | " +
-          " | ".join(", ".join(f"{x:.1f}" for x in res[m]) for m in methods) + " |", flush=True)
+    print(table_row(f"{op} bf16 {row.name} | {name}", rounds_after(ga, {m: before[m] for m in methods})), flush=True)
     del ta, tb, fa, fb, ga, gb, xa, xb, before
     torch.cuda.empty_cache()

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Session 15 device runs: `run_s15.sh N` runs run N from the repository root on the H200 and writes its logs
-# under $OUT. Builds the Python package from the carried tree into .devbin/py/main (git-ignored).
+# Session 15 device runs: `run_s15.sh N` runs run N (1-9, or `check`) from the repository root on the H200 and
+# writes its logs under $OUT. Builds the Python package from the carried tree into .devbin/py/<name> (git-ignored).
 cd "$(dirname "$0")/../../.."
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16
 P=docs/benchmarks/2026-11-30-s15-serving-probes
@@ -29,7 +29,8 @@ case "$1" in
   6) build main
      PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s15_model.py > $OUT/probe_model.log 2>&1 ;;
   7) build main
-     PYTHONPATH=.devbin/py/main timeout 400 python3 $P/probe_s15_flush.py > $OUT/probe_flush.log 2>&1 ;;
+     PROBE_CLEAN=triton PYTHONPATH=.devbin/py/main timeout 400 \
+       python3 docs/benchmarks/2026-11-30-s14-serving-probes/probe_s14b.py > $OUT/probe_flush.log 2>&1 ;;
   8) build main
      mkdir -p .devbin/params
      "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" -O2 -shared -Xcompiler -fPIC -gencode=arch=compute_90a,code=sm_90a -o .devbin/params/libparams.so \
@@ -44,6 +45,10 @@ case "$1" in
      echo "tests rc=$? at ${SECONDS}s"
      build tail .devbin/tail_src  # git archive exp-split-tail | tar -x -C .devbin/tail_src
      PYTHONPATH=.devbin/py/tail timeout 300 python3 $P/probe_s15_tail.py > $OUT/probe_tail.log 2>&1 ;;
-  *) echo "usage: run_s15.sh 1..9" >&2; exit 2 ;;
+  check) # the refactored runs 4 and 5 once more (verify_refactor.log)
+     build main
+     (PYTHONPATH=.devbin/py/main timeout 120 python3 $P/probe_s15_before.py
+      PYTHONPATH=.devbin/py/main timeout 120 python3 $P/probe_s15_reduce.py) > $OUT/verify_refactor.log 2>&1 ;;
+  *) echo "usage: run_s15.sh 1..9|check" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
