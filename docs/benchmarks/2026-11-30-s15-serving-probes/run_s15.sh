@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 15 device runs: `run_s15.sh N` runs run N (1-9, or `check`) from the repository root on the H200 and
+# Session 15 device runs: `run_s15.sh N` runs run N (1-10, or `check`) from the repository root on the H200 and
 # writes its logs under $OUT. Builds the Python package from the carried tree into .devbin/py/<name> (git-ignored).
 cd "$(dirname "$0")/../../.."
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16
@@ -45,10 +45,12 @@ case "$1" in
      echo "tests rc=$? at ${SECONDS}s"
      build tail .devbin/tail_src  # git archive exp-split-tail | tar -x -C .devbin/tail_src
      PYTHONPATH=.devbin/py/tail timeout 300 python3 $P/probe_s15_tail.py > $OUT/probe_tail.log 2>&1 ;;
+  10) build main
+     PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s15_knobs.py > $OUT/probe_knobs.log 2>&1 ;;
   check) # the refactored runs 4 and 5 once more (verify_refactor.log)
      build main
      (PYTHONPATH=.devbin/py/main timeout 120 python3 $P/probe_s15_before.py
       PYTHONPATH=.devbin/py/main timeout 120 python3 $P/probe_s15_reduce.py) > $OUT/verify_refactor.log 2>&1 ;;
-  *) echo "usage: run_s15.sh 1..9|check" >&2; exit 2 ;;
+  *) echo "usage: run_s15.sh 1..10|check" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
