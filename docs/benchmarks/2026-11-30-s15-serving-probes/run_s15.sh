@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 15 device runs: `run_s15.sh N` runs run N (1-10, or `check`) from the repository root on the H200 and
+# Session 15 device runs: `run_s15.sh N` runs run N (1-11, or `check`) from the repository root on the H200 and
 # writes its logs under $OUT. Builds the Python package from the carried tree into .devbin/py/<name> (git-ignored).
 cd "$(dirname "$0")/../../.."
 export PYTHONUNBUFFERED=1 CMAKE_BUILD_PARALLEL_LEVEL=16
@@ -47,10 +47,24 @@ case "$1" in
      PYTHONPATH=.devbin/py/tail timeout 300 python3 $P/probe_s15_tail.py > $OUT/probe_tail.log 2>&1 ;;
   10) build main
      PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s15_knobs.py > $OUT/probe_knobs.log 2>&1 ;;
+  11) # branch exp-fp8-alu-cvt (unpacked in .devbin/cvt_src): fp8 conversions by instruction, by the ALU bit trick
+      # for keys and values, or for values only; fp8 rows timed as the benchmark times them (probe_s14a)
+     export CMAKE_BUILD_PARALLEL_LEVEL=5; pids=""
+     for v in "i 0 0" "a 1 1" "v 0 1"; do
+       set -- $v; rm -rf .devbin/py/cvt_$1
+       (timeout 300 python3 -m pip install -q --no-build-isolation --no-deps --target .devbin/py/cvt_$1 \
+          -C build-dir=build-wheel/cvt_$1 -C cmake.define.FLASHGATE_CUDA_TARGETS=90a \
+          -C "cmake.define.CMAKE_CUDA_FLAGS=-DFLASHGATE_FP8_CVT_K=$2 -DFLASHGATE_FP8_CVT_V=$3" .devbin/cvt_src \
+          > $OUT/pip_cvt_$1.log 2>&1; echo "pip cvt_$1 rc=$? at ${SECONDS}s") & pids="$pids $!"
+     done
+     wait $pids
+     PROBE_ROUNDS=2 PROBE_ROWS="fp8 per-tensor B8 ;fp8 per-tensor B128 ;fp8 per-tensor B1 ;fp8 per-token B128 " \
+       timeout 300 python3 docs/benchmarks/2026-11-30-s14-serving-probes/probe_s14a.py instr=.devbin/py/cvt_i \
+       alu=.devbin/py/cvt_a alu_v=.devbin/py/cvt_v > $OUT/probe_cvt.log 2>&1 ;;
   check) # the refactored runs 4 and 5 once more (verify_refactor.log)
      build main
      (PYTHONPATH=.devbin/py/main timeout 120 python3 $P/probe_s15_before.py
       PYTHONPATH=.devbin/py/main timeout 120 python3 $P/probe_s15_reduce.py) > $OUT/verify_refactor.log 2>&1 ;;
-  *) echo "usage: run_s15.sh 1..10|check" >&2; exit 2 ;;
+  *) echo "usage: run_s15.sh 1..11|check" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
