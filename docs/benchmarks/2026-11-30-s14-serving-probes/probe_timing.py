@@ -35,6 +35,19 @@ def rounds_after(fn, before, rounds=3):
     return res
 
 
+def capture_under(knobs, settings, make):
+    """{setting: (eager output as fp32, CUDA-graph replay)} of make()'s call, each with the environment variables
+    `knobs` set to the setting's values (the serving planner reads them at each call), unset afterwards."""
+    out = {}
+    for setting in settings:
+        os.environ.update({k: str(v) for k, v in zip(knobs, setting)})
+        fn = make()
+        out[setting] = (fn().float(), graphed(fn))
+    for k in knobs:
+        os.environ.pop(k)
+    return out
+
+
 def header(first, names):
     """A table header: the leading column(s) `first` ("| case | contender"), then one "<name> us" column each."""
     return f"{first} | " + " | ".join(f"{m} us" for m in names) + " |"

@@ -7,7 +7,7 @@ import os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "2026-11-30-s14-serving-probes"))
 import torch
-from probe_timing import FLUSH, graphed, header, rounds_after, table_row  # noqa: E402
+from probe_timing import FLUSH, capture_under, header, rounds_after, table_row  # noqa: E402
 from rows import DECODE_ROWS, PAGED_ROWS  # noqa: E402
 import run as benchrun  # noqa: E402
 
@@ -18,15 +18,9 @@ print(header("| case | heads, stages", before), flush=True)
 for op, rows in (("decode", DECODE_ROWS), ("paged", PAGED_ROWS)):
     row = [r for r in rows if r.name == "B128 ctx 1024"][0]
     t = benchrun.serving_inputs(row, None)
-    graphs = {}
-    for st in SETTINGS:
-        for k, v in zip(KNOBS, st):
-            os.environ[k] = str(v)
-        graphs[st] = graphed(benchrun.flashgate_decode(row, t) if op == "decode"
+    captured = capture_under(KNOBS, SETTINGS, lambda: benchrun.flashgate_decode(row, t) if op == "decode"
                              else benchrun.flashgate_paged(row, t, None))
-    for k in KNOBS:
-        os.environ.pop(k)
-    for st, g in graphs.items():
+    for st, (_, g) in captured.items():
         print(table_row(f"{op} bf16 {row.name} | {st}", rounds_after(g, before)), flush=True)
-    del t, graphs
+    del t, captured
     torch.cuda.empty_cache()

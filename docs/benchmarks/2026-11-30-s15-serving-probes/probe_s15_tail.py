@@ -7,7 +7,7 @@ import os, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "2026-11-30-s14-serving-probes"))
 import torch
-from probe_timing import FLUSH, median_us, graphed  # noqa: E402
+from probe_timing import FLUSH, capture_under, median_us  # noqa: E402
 from rows import PAGED_ROWS  # noqa: E402
 import run as benchrun  # noqa: E402
 
@@ -23,15 +23,9 @@ for (kv, name), settings in SETTINGS.items():
     row = [r for r in PAGED_ROWS if r.name == name][0]
     fp8 = None if kv == "bf16" else kv
     t = benchrun.serving_inputs(row, fp8)
-    graphs, outs = {}, {}
-    for st in settings:
-        for k, v in zip(KNOBS, st):
-            os.environ[k] = str(v)
-        fn = benchrun.flashgate_paged(row, t, fp8)
-        outs[st] = fn().float()  # eager, under the same knobs as the graph
-        graphs[st] = graphed(fn)
-    for k in KNOBS:
-        os.environ.pop(k)
+    captured = capture_under(KNOBS, settings, lambda: benchrun.flashgate_paged(row, t, fp8))
+    outs = {st: o for st, (o, _) in captured.items()}
+    graphs = {st: g for st, (_, g) in captured.items()}
     res = {st: {"dirty": [], "none": []} for st in settings}
     for _ in range(3):
         for st, g in graphs.items():
@@ -41,5 +35,5 @@ for (kv, name), settings in SETTINGS.items():
         err = (outs[st] - outs[settings[0]]).abs().max().item()
         print(f"| {kv} {name} | {st} | " + " | ".join(", ".join(f"{x:.1f}" for x in res[st][m]) for m in ("dirty", "none"))
               + f" | max |o - planner's o| {err:.2e} |", flush=True)
-    del t, graphs, outs
+    del t, captured, graphs, outs
     torch.cuda.empty_cache()
