@@ -1,0 +1,26 @@
+#!/bin/bash
+# Session 16 device runs: `run_s16.sh N` runs run N from the repository root on the H200 and writes its logs under
+# $OUT. Builds Python packages from carried trees into .devbin/py/<name> (git-ignored).
+cd "$(dirname "$0")/../../.."
+export PYTHONUNBUFFERED=1
+P=docs/benchmarks/2026-11-30-s16-serving-probes
+S14=docs/benchmarks/2026-11-30-s14-serving-probes
+SECONDS=0
+case "$1" in
+  1) # branch exp-fp8-nocvt (unpacked in .devbin/nocvt_src: git archive exp-fp8-nocvt | tar -x -C .devbin/nocvt_src):
+     # fp8 conversions as on main (i), keys not converted (nk), neither keys nor values converted (n); timing only
+     export CMAKE_BUILD_PARALLEL_LEVEL=5; pids=""
+     for v in "i 0 0" "nk 2 0" "n 2 2"; do
+       set -- $v; rm -rf .devbin/py/cvt_$1
+       (timeout 300 python3 -m pip install -q --no-build-isolation --no-deps --target .devbin/py/cvt_$1 \
+          -C build-dir=build-wheel/cvt_$1 -C cmake.define.FLASHGATE_CUDA_TARGETS=90a \
+          -C "cmake.define.CMAKE_CUDA_FLAGS=-DFLASHGATE_FP8_CVT_K=$2 -DFLASHGATE_FP8_CVT_V=$3" .devbin/nocvt_src \
+          > $OUT/pip_cvt_$1.log 2>&1; echo "pip cvt_$1 rc=$? at ${SECONDS}s") & pids="$pids $!"
+     done
+     wait $pids
+     PROBE_ROUNDS=2 PROBE_ROWS="fp8 per-tensor B8 ;fp8 per-tensor B64 ;fp8 per-tensor B128 ;fp8 per-tensor B1 ;fp8 per-token B64 ;fp8 per-token B128 " \
+       timeout 300 python3 $S14/probe_s14a.py instr=.devbin/py/cvt_i none_k=.devbin/py/cvt_nk \
+       none=.devbin/py/cvt_n > $OUT/probe_nocvt.log 2>&1 ;;
+  *) echo "usage: run_s16.sh 1" >&2; exit 2 ;;
+esac
+echo "run $1 rc=$? took $SECONDS s"
