@@ -21,6 +21,20 @@ case "$1" in
      PROBE_ROUNDS=2 PROBE_ROWS="fp8 per-tensor B8 ;fp8 per-tensor B64 ;fp8 per-tensor B128 ;fp8 per-tensor B1 ;fp8 per-token B64 ;fp8 per-token B128 " \
        timeout 300 python3 $S14/probe_s14a.py instr=.devbin/py/cvt_i none_k=.devbin/py/cvt_nk \
        none=.devbin/py/cvt_n > $OUT/probe_nocvt.log 2>&1 ;;
-  *) echo "usage: run_s16.sh 1" >&2; exit 2 ;;
+  2) # branch exp-fp8-nocvt again (its FLASHGATE_DIAG_Q1 commit): main's code (i), the query fragment read once per
+     # stage instead of per k-step (q1: 7 fewer LDS.128 per warp and stage), and q1 without conversions (q1n)
+     export CMAKE_BUILD_PARALLEL_LEVEL=5; pids=""
+     for v in "i 0 0 0" "q1 0 0 1" "q1n 2 2 1"; do
+       set -- $v; rm -rf .devbin/py/d_$1
+       (timeout 300 python3 -m pip install -q --no-build-isolation --no-deps --target .devbin/py/d_$1 \
+          -C build-dir=build-wheel/d_$1 -C cmake.define.FLASHGATE_CUDA_TARGETS=90a \
+          -C "cmake.define.CMAKE_CUDA_FLAGS=-DFLASHGATE_FP8_CVT_K=$2 -DFLASHGATE_FP8_CVT_V=$3 -DFLASHGATE_DIAG_Q1=$4" \
+          .devbin/nocvt_src > $OUT/pip_d_$1.log 2>&1; echo "pip d_$1 rc=$? at ${SECONDS}s") & pids="$pids $!"
+     done
+     wait $pids
+     PROBE_ROUNDS=2 PROBE_ROWS="fp8 per-tensor B8 ;fp8 per-tensor B64 ;fp8 per-tensor B128 ;fp8 per-tensor B1 ;fp8 per-token B64 ;fp8 per-token B128 " \
+       timeout 300 python3 $S14/probe_s14a.py instr=.devbin/py/d_i q1=.devbin/py/d_q1 q1_none=.devbin/py/d_q1n \
+       > $OUT/probe_q1.log 2>&1 ;;
+  *) echo "usage: run_s16.sh 1|2" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
