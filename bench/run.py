@@ -222,16 +222,21 @@ def run_serving(args):
                 if not err <= GATE_TOL:
                     c["status"] = f"wrong: relative RMS {err:.3g} against the fp32 reference"
                 else:
-                    c["ms"] = measure.graph_median_ms(fwd)
+                    replay = measure.graph_replay(fwd)
+                    c["ms"] = measure.median_ms(replay)  # after do_bench's L2 flush (the figures of record)
                     c["gbps"] = entry["kv_bytes"] / (c["ms"] * 1e-3) / 1e9
                     c["tokens_per_s"] = entry["tokens"] / (c["ms"] * 1e-3)
+                    c["ms_back_to_back"] = measure.back_to_back_ms(replay)
+                    c["gbps_back_to_back"] = entry["kv_bytes"] / (c["ms_back_to_back"] * 1e-3) / 1e9
+                    c["tokens_per_s_back_to_back"] = entry["tokens"] / (c["ms_back_to_back"] * 1e-3)
                     c["status"] = "ok"
             except peers.CannotRun as e:
                 c["status"] = f"cannot run: {e}"
             except Exception as e:  # noqa: BLE001
                 c["status"] = f"cannot run: {short(e)}"
             entry["contenders"][name] = c
-            log(f"    {name:20s} {c.get('status')} {c.get('gbps', 0):8.0f} GB/s {c.get('ms', 0):8.3f} ms")
+            log(f"    {name:20s} {c.get('status')} {c.get('gbps', 0):8.0f} GB/s {c.get('ms', 0):8.3f} ms; "
+                f"back to back {c.get('gbps_back_to_back', 0):8.0f} GB/s")
         del t
         torch.cuda.empty_cache()
         results.append(entry)

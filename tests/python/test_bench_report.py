@@ -43,3 +43,17 @@ def test_serving_only_run_gets_no_training_plots(report, tmp_path):
     out = {"ceilings": {"copy_gbps": 4000.0}, "serving": [_row("paged", "bf16", "B8", 0.3, 1000.0)]}
     assert report.plots(out, str(tmp_path)) == ["serving_gbps.png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["serving_gbps.png"]
+
+
+def test_serving_rows_show_both_timings(report):
+    row = _row("paged", "bf16", "B8", 0.3, 1000.0)
+    row["contenders"]["flashgate"].update(gbps=3600.0, gbps_back_to_back=3800.0)
+    row["contenders"]["cuDNN (contiguous)"] = {"status": "ok", "ms": 0.28, "gbps": 4000.0, "gbps_back_to_back": 4000.0}
+    lines = report.serving_table([row], 4000.0, 4000.0).splitlines()
+    assert "back to back: GB/s" in lines[0]
+    assert lines[2] == "| paged | bf16 | B8 | flashgate | 3600 | 0.300 | 0.90 |  | 3800 | 0.95 |  |"
+    assert lines[3] == "| paged | bf16 | B8 | cuDNN (contiguous) | 4000 | 0.280 | 1.00 | 0.90x | 4000 | 1.00 | 0.95x |"
+    fp8 = _row("paged", "fp8 per-tensor", "B8", 0.15, 2000.0)
+    fp8["contenders"]["flashgate"]["tokens_per_s_back_to_back"] = 1900.0
+    row["contenders"]["flashgate"]["tokens_per_s_back_to_back"] = 1000.0
+    assert report.fp8_table([row, fp8]).splitlines()[2] == "| paged | B8 | 0.300 | 0.150 (2.00x; back to back 1.90x) |"
