@@ -35,6 +35,13 @@ case "$1" in
      PROBE_ROUNDS=2 PROBE_ROWS="fp8 per-tensor B8 ;fp8 per-tensor B64 ;fp8 per-tensor B128 ;fp8 per-tensor B1 ;fp8 per-token B64 ;fp8 per-token B128 " \
        timeout 300 python3 $S14/probe_s14a.py instr=.devbin/py/d_i q1=.devbin/py/d_q1 q1_none=.devbin/py/d_q1n \
        > $OUT/probe_q1.log 2>&1 ;;
-  *) echo "usage: run_s16.sh 1|2" >&2; exit 2 ;;
+  3) # the benchmark's serving rows on main (git eb87c9a: kernels of d9800c2, the bench with its back-to-back timing)
+     export CMAKE_BUILD_PARALLEL_LEVEL=16; rm -rf .devbin/py/main
+     timeout 200 python3 -m pip install -q --no-build-isolation --no-deps --target .devbin/py/main \
+       -C build-dir=build-wheel/main -C cmake.define.FLASHGATE_CUDA_TARGETS=90a . > $OUT/pip_main.log 2>&1
+     echo "pip main rc=$? at ${SECONDS}s"
+     FLASHGATE_GIT_REV=eb87c9a PYTHONPATH=.devbin/py/main timeout 400 \
+       python3 bench/run.py --out $OUT/bench --fla .peers --rows ctx > $OUT/bench.log 2>&1 ;;
+  *) echo "usage: run_s16.sh 1|2|3" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
