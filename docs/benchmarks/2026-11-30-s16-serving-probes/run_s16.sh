@@ -3,38 +3,37 @@
 # $OUT. Builds Python packages from carried trees into .devbin/py/<name> (git-ignored).
 cd "$(dirname "$0")/../../.."
 export PYTHONUNBUFFERED=1
-P=docs/benchmarks/2026-11-30-s16-serving-probes
 S14=docs/benchmarks/2026-11-30-s14-serving-probes
 SECONDS=0
+# variants PREFIX SOURCE "NAME FLAGS" ...: one package of SOURCE per NAME, built in parallel with CMAKE_CUDA_FLAGS=FLAGS
+# (compile-time macros of a diagnostic branch) into .devbin/py/PREFIX_NAME
+variants() {
+  local prefix=$1 src=$2 pids="" v
+  shift 2
+  for v in "$@"; do
+    local name=${v%% *} flags=${v#* }
+    rm -rf .devbin/py/${prefix}_$name  # pip --target keeps an existing package folder
+    (CMAKE_BUILD_PARALLEL_LEVEL=5 timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
+       --target .devbin/py/${prefix}_$name -C build-dir=build-wheel/${prefix}_$name \
+       -C cmake.define.FLASHGATE_CUDA_TARGETS=90a -C "cmake.define.CMAKE_CUDA_FLAGS=$flags" $src \
+       > $OUT/pip_${prefix}_$name.log 2>&1; echo "pip ${prefix}_$name rc=$? at ${SECONDS}s") & pids="$pids $!"
+  done
+  wait $pids
+}
+FP8_ROWS="fp8 per-tensor B8 ;fp8 per-tensor B64 ;fp8 per-tensor B128 ;fp8 per-tensor B1 ;fp8 per-token B64 ;fp8 per-token B128 "
 case "$1" in
   1) # branch exp-fp8-nocvt (unpacked in .devbin/nocvt_src: git archive exp-fp8-nocvt | tar -x -C .devbin/nocvt_src):
      # fp8 conversions as on main (i), keys not converted (nk), neither keys nor values converted (n); timing only
-     export CMAKE_BUILD_PARALLEL_LEVEL=5; pids=""
-     for v in "i 0 0" "nk 2 0" "n 2 2"; do
-       set -- $v; rm -rf .devbin/py/cvt_$1
-       (timeout 300 python3 -m pip install -q --no-build-isolation --no-deps --target .devbin/py/cvt_$1 \
-          -C build-dir=build-wheel/cvt_$1 -C cmake.define.FLASHGATE_CUDA_TARGETS=90a \
-          -C "cmake.define.CMAKE_CUDA_FLAGS=-DFLASHGATE_FP8_CVT_K=$2 -DFLASHGATE_FP8_CVT_V=$3" .devbin/nocvt_src \
-          > $OUT/pip_cvt_$1.log 2>&1; echo "pip cvt_$1 rc=$? at ${SECONDS}s") & pids="$pids $!"
-     done
-     wait $pids
-     PROBE_ROUNDS=2 PROBE_ROWS="fp8 per-tensor B8 ;fp8 per-tensor B64 ;fp8 per-tensor B128 ;fp8 per-tensor B1 ;fp8 per-token B64 ;fp8 per-token B128 " \
-       timeout 300 python3 $S14/probe_s14a.py instr=.devbin/py/cvt_i none_k=.devbin/py/cvt_nk \
-       none=.devbin/py/cvt_n > $OUT/probe_nocvt.log 2>&1 ;;
+     variants cvt .devbin/nocvt_src "i -DFLASHGATE_FP8_CVT_K=0 -DFLASHGATE_FP8_CVT_V=0" \
+       "nk -DFLASHGATE_FP8_CVT_K=2 -DFLASHGATE_FP8_CVT_V=0" "n -DFLASHGATE_FP8_CVT_K=2 -DFLASHGATE_FP8_CVT_V=2"
+     PROBE_ROUNDS=2 PROBE_ROWS="$FP8_ROWS" timeout 300 python3 $S14/probe_s14a.py instr=.devbin/py/cvt_i \
+       none_k=.devbin/py/cvt_nk none=.devbin/py/cvt_n > $OUT/probe_nocvt.log 2>&1 ;;
   2) # branch exp-fp8-nocvt again (its FLASHGATE_DIAG_Q1 commit): main's code (i), the query fragment read once per
      # stage instead of per k-step (q1: 7 fewer LDS.128 per warp and stage), and q1 without conversions (q1n)
-     export CMAKE_BUILD_PARALLEL_LEVEL=5; pids=""
-     for v in "i 0 0 0" "q1 0 0 1" "q1n 2 2 1"; do
-       set -- $v; rm -rf .devbin/py/d_$1
-       (timeout 300 python3 -m pip install -q --no-build-isolation --no-deps --target .devbin/py/d_$1 \
-          -C build-dir=build-wheel/d_$1 -C cmake.define.FLASHGATE_CUDA_TARGETS=90a \
-          -C "cmake.define.CMAKE_CUDA_FLAGS=-DFLASHGATE_FP8_CVT_K=$2 -DFLASHGATE_FP8_CVT_V=$3 -DFLASHGATE_DIAG_Q1=$4" \
-          .devbin/nocvt_src > $OUT/pip_d_$1.log 2>&1; echo "pip d_$1 rc=$? at ${SECONDS}s") & pids="$pids $!"
-     done
-     wait $pids
-     PROBE_ROUNDS=2 PROBE_ROWS="fp8 per-tensor B8 ;fp8 per-tensor B64 ;fp8 per-tensor B128 ;fp8 per-tensor B1 ;fp8 per-token B64 ;fp8 per-token B128 " \
-       timeout 300 python3 $S14/probe_s14a.py instr=.devbin/py/d_i q1=.devbin/py/d_q1 q1_none=.devbin/py/d_q1n \
-       > $OUT/probe_q1.log 2>&1 ;;
+     variants d .devbin/nocvt_src "i -DFLASHGATE_DIAG_Q1=0" "q1 -DFLASHGATE_DIAG_Q1=1" \
+       "q1n -DFLASHGATE_FP8_CVT_K=2 -DFLASHGATE_FP8_CVT_V=2 -DFLASHGATE_DIAG_Q1=1"
+     PROBE_ROUNDS=2 PROBE_ROWS="$FP8_ROWS" timeout 300 python3 $S14/probe_s14a.py instr=.devbin/py/d_i \
+       q1=.devbin/py/d_q1 q1_none=.devbin/py/d_q1n > $OUT/probe_q1.log 2>&1 ;;
   3) # the benchmark's serving rows on main (git eb87c9a: kernels of d9800c2, the bench with its back-to-back timing)
      export CMAKE_BUILD_PARALLEL_LEVEL=16; rm -rf .devbin/py/main
      timeout 200 python3 -m pip install -q --no-build-isolation --no-deps --target .devbin/py/main \
