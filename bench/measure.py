@@ -36,8 +36,8 @@ def graph_median_ms(fn, rep_ms=100):
 
 def back_to_back_ms(fn, reps=100, warmup=5):
     """Median time of fn() in ms over calls that run back to back, each timed by its own CUDA events, with no L2
-    flush between them. BENCHMARKS.md asks for no flush where the inputs are several times the 60 MB L2 (every
-    serving row); do_bench's flush, a 256 MB fill, leaves dirty lines whose write-back the next call pays."""
+    flush between them. BENCHMARKS.md asks only that inputs which fit the 60 MB L2 be rotated; every serving row's
+    are several times it. do_bench's flush, a 256 MB fill, leaves dirty lines whose write-back the next call pays."""
     for _ in range(warmup):
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]

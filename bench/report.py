@@ -170,7 +170,7 @@ def write(out, outdir):
     if out.get("serving"):
         md += ["## Serving (GB/s of K/V read; CUDA-graph replays)", "",
                "Timed after do_bench's L2 flush (a 256 MB fill: the figures of record), and back to back with no "
-               "flush (the protocol's timing for inputs several times the L2; no dirty lines to write back).", "",
+               "flush (within the protocol for inputs several times the L2; no dirty lines to write back).", "",
                serving_table(out["serving"], ceil["copy_gbps"], ceil.get("copy_gbps_back_to_back")), ""]
         table = fp8_table(out["serving"])
         if table:
