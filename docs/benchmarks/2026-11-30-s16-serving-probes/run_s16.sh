@@ -41,6 +41,13 @@ case "$1" in
      echo "pip main rc=$? at ${SECONDS}s"
      FLASHGATE_GIT_REV=eb87c9a PYTHONPATH=.devbin/py/main timeout 400 \
        python3 bench/run.py --out $OUT/bench --fla .peers --rows ctx > $OUT/bench.log 2>&1 ;;
-  *) echo "usage: run_s16.sh 1|2|3" >&2; exit 2 ;;
+  4) # branch exp-own-prefetch (unpacked in .devbin/pf_src): each warp prefetches its own rows of tile + D into L2
+     # with prefetch.global.L2 when it loads tile (D = 0: main's code)
+     variants pf .devbin/pf_src "d0 -DFLASHGATE_L2_PREFETCH=0" "d1 -DFLASHGATE_L2_PREFETCH=1" \
+       "d2 -DFLASHGATE_L2_PREFETCH=2" "d4 -DFLASHGATE_L2_PREFETCH=4"
+     PROBE_ROUNDS=2 PROBE_ROWS="fp8 per-tensor B;fp8 per-token B64 ;fp8 per-token B128 ;paged bf16 B;decode bf16 B128 " \
+       timeout 420 python3 $S14/probe_s14a.py d0=.devbin/py/pf_d0 d1=.devbin/py/pf_d1 d2=.devbin/py/pf_d2 \
+       d4=.devbin/py/pf_d4 > $OUT/probe_prefetch.log 2>&1 ;;
+  *) echo "usage: run_s16.sh 1|2|3|4" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
