@@ -102,9 +102,9 @@ struct H200Kernel {
 };
 constexpr int kSmemOptin = 232448, kTwoCtaBudget = 233472 / 2 - 1024;
 
-int stages_of(const H200Kernel& k, int target, int forced = 0) {
+int stages_of(const H200Kernel& k, int target, int forced = 0, bool shallow = false) {
   return choose_stages([&](int s) { return k.bytes(s); }, [&](int s) { return k.ctas(s); }, kTwoCtaBudget,
-                       kSmemOptin, target, forced);
+                       kSmemOptin, target, forced, shallow);
 }
 
 TEST(ServingStages, KeepTheRegisterTargetOfCtasPerSm) {
@@ -121,16 +121,27 @@ TEST(ServingStages, KeepTheRegisterTargetOfCtasPerSm) {
   EXPECT_EQ(stages_of(too_big, 1), 0);
 }
 
+TEST(ServingStages, ShallowRingTakesTheShallowestDepthThatKeepsTheTarget) {
+  const H200Kernel fp8_d128{5248, 16896, 4};
+  EXPECT_EQ(stages_of(fp8_d128, 4, 0, true), 2);     // 4 CTAs per SM at 2 stages as at 3
+  EXPECT_EQ(stages_of(fp8_d128, 4, 3, true), 3);     // forced wins
+  EXPECT_EQ(stages_of(fp8_d128, 4, 4, true), 4);
+  const H200Kernel three_ctas{5248, 16896, 3};       // registers allow 3 (an sm_8x build): 3 CTAs at 4 stages
+  EXPECT_EQ(stages_of(three_ctas, 4, 0, true), stages_of(three_ctas, 4));  // the target is out of reach: unchanged
+  EXPECT_EQ(stages_of(three_ctas, 3, 0, true), 2);
+}
+
 TEST(ServingStages, DepthsStayInRangeAndWithinTheirBudget) {
   for (int fixed : {0, 4096, 9088, 20000})
     for (int stage : {8192, 16896, 32768, 50000})
       for (int reg_ctas : {1, 2, 3, 4})
         for (int target : {1, 2, 3, 4})
-          for (int forced : {0, 2, 3, 4}) {
+          for (int forced : {0, 2, 3, 4})
+            for (bool shallow : {false, true}) {
             const H200Kernel k{fixed, stage, reg_ctas};
-            const int s = stages_of(k, target, forced);
+            const int s = stages_of(k, target, forced, shallow);
             SCOPED_TRACE(testing::Message() << fixed << " + " << stage << " x s, target " << target << " forced "
-                                            << forced << " -> " << s);
+                                            << forced << (shallow ? " shallow" : "") << " -> " << s);
             if (s == 0) {
               ASSERT_GT(k.bytes(2), kSmemOptin);
               continue;
@@ -139,8 +150,12 @@ TEST(ServingStages, DepthsStayInRangeAndWithinTheirBudget) {
             ASSERT_LE(s, 4);
             ASSERT_LE(k.bytes(s), forced ? kSmemOptin : std::max(kTwoCtaBudget, k.bytes(2)));
             if (forced) ASSERT_TRUE(s == forced || k.bytes(s + 1) > kSmemOptin);
-            if (!forced && s < 4 && k.bytes(s + 1) <= kTwoCtaBudget)  // one stage short only for the target
+            if (!forced && !shallow && s < 4 && k.bytes(s + 1) <= kTwoCtaBudget)  // one stage short only for the target
               ASSERT_TRUE(k.ctas(s + 1) < target && k.ctas(s) >= target);
+            if (!forced && shallow && s < 4 && k.bytes(s + 1) <= kTwoCtaBudget)  // shallower only where it keeps the target
+              ASSERT_GE(k.ctas(s), target);
+            if (!forced && shallow && s > 2)  // and as shallow as that allows
+              ASSERT_LT(k.ctas(s - 1), target);
           }
 }
 

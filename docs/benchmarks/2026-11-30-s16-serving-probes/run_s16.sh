@@ -4,6 +4,7 @@
 cd "$(dirname "$0")/../../.."
 export PYTHONUNBUFFERED=1
 S14=docs/benchmarks/2026-11-30-s14-serving-probes
+P=docs/benchmarks/2026-11-30-s16-serving-probes
 SECONDS=0
 # variants PREFIX SOURCE "NAME FLAGS" ...: one package of SOURCE per NAME, built in parallel with CMAKE_CUDA_FLAGS=FLAGS
 # (compile-time macros of a diagnostic branch) into .devbin/py/PREFIX_NAME
@@ -20,6 +21,14 @@ variants() {
   done
   wait $pids
 }
+# main_package: this tree's package into .devbin/py/main
+main_package() {
+  rm -rf .devbin/py/main
+  CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 200 python3 -m pip install -q --no-build-isolation --no-deps \
+    --target .devbin/py/main -C build-dir=build-wheel/main -C cmake.define.FLASHGATE_CUDA_TARGETS=90a . \
+    > $OUT/pip_main.log 2>&1
+  echo "pip main rc=$? at ${SECONDS}s"
+}
 FP8_ROWS="fp8 per-tensor B8 ;fp8 per-tensor B64 ;fp8 per-tensor B128 ;fp8 per-tensor B1 ;fp8 per-token B64 ;fp8 per-token B128 "
 case "$1" in
   1) # branch exp-fp8-nocvt (unpacked in .devbin/nocvt_src: git archive exp-fp8-nocvt | tar -x -C .devbin/nocvt_src):
@@ -35,10 +44,7 @@ case "$1" in
      PROBE_ROUNDS=2 PROBE_ROWS="$FP8_ROWS" timeout 300 python3 $S14/probe_s14a.py instr=.devbin/py/d_i \
        q1=.devbin/py/d_q1 q1_none=.devbin/py/d_q1n > $OUT/probe_q1.log 2>&1 ;;
   3) # the benchmark's serving rows on main (git eb87c9a: kernels of d9800c2, the bench with its back-to-back timing)
-     export CMAKE_BUILD_PARALLEL_LEVEL=16; rm -rf .devbin/py/main
-     timeout 200 python3 -m pip install -q --no-build-isolation --no-deps --target .devbin/py/main \
-       -C build-dir=build-wheel/main -C cmake.define.FLASHGATE_CUDA_TARGETS=90a . > $OUT/pip_main.log 2>&1
-     echo "pip main rc=$? at ${SECONDS}s"
+     main_package
      FLASHGATE_GIT_REV=eb87c9a PYTHONPATH=.devbin/py/main timeout 400 \
        python3 bench/run.py --out $OUT/bench --fla .peers --rows ctx > $OUT/bench.log 2>&1 ;;
   4) # branch exp-own-prefetch (unpacked in .devbin/pf_src): each warp prefetches its own rows of tile + D into L2
@@ -48,6 +54,31 @@ case "$1" in
      PROBE_ROUNDS=2 PROBE_ROWS="fp8 per-tensor B;fp8 per-token B64 ;fp8 per-token B128 ;paged bf16 B;decode bf16 B128 " \
        timeout 420 python3 $S14/probe_s14a.py d0=.devbin/py/pf_d0 d1=.devbin/py/pf_d1 d2=.devbin/py/pf_d2 \
        d4=.devbin/py/pf_d4 > $OUT/probe_prefetch.log 2>&1 ;;
-  *) echo "usage: run_s16.sh 1|2|3|4" >&2; exit 2 ;;
+  5) # main: the fp8 kernel's ring at 2, 3 (planner) and 4 stages (FLASHGATE_SERVING_STAGES)
+     main_package
+     PYTHONPATH=.devbin/py/main timeout 400 python3 $P/probe_s16_stages.py > $OUT/probe_stages.log 2>&1 ;;
+  6) # main: every paged fp8 row and the bf16 rows at the planner's depth and at 2 stages
+     main_package
+     PYTHONPATH=.devbin/py/main timeout 500 python3 $P/probe_s16_stages.py all > $OUT/probe_stages_all.log 2>&1 ;;
+  7) # main with fp8 D128's planner at 2 stages (shallow ring): binaries built on the CPU machine for sm_90a
+     # (build-dev: flashgate, flashgate_gpu_tests), carried as .devbin/gpu_s16.tar.xz; the default run, the serving
+     # suite, memcheck over 6 and racecheck over 2 tests, the decode rows' probe alone, then the benchmark
+     mkdir -p .devbin/gpu && tar -xJf .devbin/gpu_s16.tar.xz -C .devbin/gpu && B=.devbin/gpu/gpu_s16
+     export FLASHGATE_CPU_THREADS=16
+     $B/flashgate run > $OUT/main_job.log 2>&1; echo "main job rc=$? $(tail -1 $OUT/main_job.log)"
+     timeout 240 $B/flashgate_gpu_tests --gtest_filter='*Decode*:*Paged*' > $OUT/gpu_tests.log 2>&1
+     echo "serving rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED' $OUT/gpu_tests.log | head -3 | tr '\n' ' ')"
+     MEMCHECK='PagedCuda.Fp8ScaleModesAndPages:PagedCuda.Fp8PerTokenBiasLongContext:PagedCuda.Fp8PerTokenBiasWideSpread:PagedCuda.MixedPrefillDecodeVerify:DecodeCuda.ManySequences:PagedCuda.EverySplitCountAgrees'
+     timeout 240 compute-sanitizer --tool memcheck --print-limit 5 $B/flashgate_gpu_tests --gtest_filter="$MEMCHECK" \
+       --gtest_brief=1 > $OUT/memcheck.log 2>&1
+     echo "memcheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|ERROR SUMMARY' $OUT/memcheck.log | tr '\n' ' ')"
+     timeout 200 compute-sanitizer --tool racecheck --print-limit 20 $B/flashgate_gpu_tests \
+       --gtest_filter='PagedCuda.Bf16Basic:PagedCuda.Fp8ScaleModesAndPages' --gtest_brief=1 > $OUT/racecheck.log 2>&1
+     echo "racecheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|RACECHECK SUMMARY' $OUT/racecheck.log | tr '\n' ' ')"
+     main_package
+     PYTHONPATH=.devbin/py/main timeout 120 python3 $P/probe_s16_stages.py decode > $OUT/probe_decode.log 2>&1
+     FLASHGATE_GIT_REV=$(cat .devbin/rev 2>/dev/null) PYTHONPATH=.devbin/py/main timeout 300 \
+       python3 bench/run.py --out $OUT/bench --fla .peers --rows ctx > $OUT/bench.log 2>&1 ;;
+  *) echo "usage: run_s16.sh 1..7" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"

@@ -44,6 +44,7 @@ PagedKernelShape PagedMma<C, KP, VP>::shape() {
   s.keys_per_stage = Tile::KS;
   s.heads_in_turn = Tile::kHeadsInTurn;
   s.target_ctas_per_sm = Tile::kMinBlocksPerSM;
+  s.shallow_ring = Tile::kShallowRing;
   return s;
 }
 

@@ -71,6 +71,10 @@ struct PagedTile {
   // The launch bound: sm_8x keeps 3 for fp8 D128 (its emulated fp8 conversions spill 20 B at 128 registers,
   // and an A100's 164 KB of shared memory holds 3 such CTAs at most).
   static constexpr int kLaunchMinBlocks = kFourCtas && kSm8xDevicePass ? 3 : kMinBlocksPerSM;
+  // fp8 D128 streams faster with 2 stages than 3 at its 4 CTAs per SM (H200, session 16: per token 2-5%, per
+  // tensor 0-2%), so the planner takes the shallowest depth that keeps them (where 2 stages cannot, as on an
+  // A100's 3 CTAs, its choice is unchanged).
+  static constexpr bool kShallowRing = kFourCtas;
 
   static_assert(KP % Frag::kDimsPerKeyRound == 0, "key dims must fill whole 16-byte lane loads");
   static_assert(VW % (8 * E) == 0 && kValueRowBytes % 128 == 0, "value dims must fill whole rounds");

@@ -171,7 +171,8 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   const int budget = std::min(dev.smem_per_block_optin, dev.smem_per_sm / 2 - 1024);
   const int stages = choose_stages([&](int s) { return shape.smem_bytes(s); },
                                    [&](int s) { return entry->occupancy(s, device); }, budget,
-                                   dev.smem_per_block_optin, shape.target_ctas_per_sm, forced_stages());
+                                   dev.smem_per_block_optin, shape.target_ctas_per_sm, forced_stages(),
+                                   shape.shallow_ring);
   if (stages == 0) return plan;
   const int ctas_per_sm = entry->occupancy(stages, device);
   if (ctas_per_sm < 1) return plan;
