@@ -14,8 +14,19 @@ def median_ms(fn, warmup_ms=25, rep_ms=100):
     return float(triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
 
 
+class GraphReplay:
+    """A captured CUDA graph, called to replay it. It holds the captured callable too: the graph reads tensors
+    that the callable's closure may own (e.g. index tensors it built), which must outlive every replay."""
+
+    def __init__(self, graph, fn):
+        self.graph, self.fn = graph, fn
+
+    def __call__(self):
+        self.graph.replay()
+
+
 def graph_replay(fn):
-    """fn() captured in a CUDA graph; returns the graph's replay (a call that launches the whole graph)."""
+    """fn() captured in a CUDA graph; returns its replay (a call that launches the whole graph)."""
     fn()  # warm-up outside capture (allocations, autotuning, module load)
     torch.cuda.synchronize()
     stream = torch.cuda.Stream()
@@ -26,7 +37,7 @@ def graph_replay(fn):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         fn()
-    return graph.replay
+    return GraphReplay(graph, fn)
 
 
 def graph_median_ms(fn, rep_ms=100):

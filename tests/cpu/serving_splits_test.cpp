@@ -138,25 +138,26 @@ TEST(ServingStages, DepthsStayInRangeAndWithinTheirBudget) {
         for (int target : {1, 2, 3, 4})
           for (int forced : {0, 2, 3, 4})
             for (bool shallow : {false, true}) {
-            const H200Kernel k{fixed, stage, reg_ctas};
-            const int s = stages_of(k, target, forced, shallow);
-            SCOPED_TRACE(testing::Message() << fixed << " + " << stage << " x s, target " << target << " forced "
-                                            << forced << (shallow ? " shallow" : "") << " -> " << s);
-            if (s == 0) {
-              ASSERT_GT(k.bytes(2), kSmemOptin);
-              continue;
+              const H200Kernel k{fixed, stage, reg_ctas};
+              const int s = stages_of(k, target, forced, shallow);
+              SCOPED_TRACE(testing::Message() << fixed << " + " << stage << " x s, target " << target << " forced "
+                                              << forced << (shallow ? " shallow" : "") << " -> " << s);
+              if (s == 0) {
+                ASSERT_GT(k.bytes(2), kSmemOptin);
+                continue;
+              }
+              ASSERT_GE(s, 2);
+              ASSERT_LE(s, 4);
+              ASSERT_LE(k.bytes(s), forced ? kSmemOptin : std::max(kTwoCtaBudget, k.bytes(2)));
+              if (forced) {
+                ASSERT_TRUE(s == forced || k.bytes(s + 1) > kSmemOptin);
+                continue;
+              }
+              const bool reduced = s < 4 && k.bytes(s + 1) <= kTwoCtaBudget;  // below the deepest that fits
+              if (reduced && !shallow) ASSERT_TRUE(k.ctas(s + 1) < target && k.ctas(s) >= target);  // one short
+              if (reduced && shallow) ASSERT_GE(k.ctas(s), target);  // shallower only where it keeps the target,
+              if (shallow && s > 2) ASSERT_LT(k.ctas(s - 1), target);  // and as shallow as that allows
             }
-            ASSERT_GE(s, 2);
-            ASSERT_LE(s, 4);
-            ASSERT_LE(k.bytes(s), forced ? kSmemOptin : std::max(kTwoCtaBudget, k.bytes(2)));
-            if (forced) ASSERT_TRUE(s == forced || k.bytes(s + 1) > kSmemOptin);
-            if (!forced && !shallow && s < 4 && k.bytes(s + 1) <= kTwoCtaBudget)  // one stage short only for the target
-              ASSERT_TRUE(k.ctas(s + 1) < target && k.ctas(s) >= target);
-            if (!forced && shallow && s < 4 && k.bytes(s + 1) <= kTwoCtaBudget)  // shallower only where it keeps the target
-              ASSERT_GE(k.ctas(s), target);
-            if (!forced && shallow && s > 2)  // and as shallow as that allows
-              ASSERT_LT(k.ctas(s - 1), target);
-          }
 }
 
 }  // namespace
