@@ -46,9 +46,8 @@ inline int choose_key_slices(const SliceProblem& q) {
 // share an SM), then one stage less while that reaches the CTAs per SM the kernel's registers are budgeted
 // for (`target`; `ctas(s)`: resident CTAs at s stages), since more CTAs stream more stages at once than one
 // more stage each (fp8 D128: 4 CTAs x 3 stages rather than 3 x 4). `shallow`: further down to the shallowest
-// depth that still keeps `target` (fp8 D128 on the H200: 2 stages beat 3 at 4 CTAs per SM, per token by 2-5%;
-// docs/perf-notes.md, session 16). `forced` (> 0) takes that depth where `optin` (one CTA's limit) holds it.
-// 0 when not even 2 stages fit `optin`.
+// depth that still keeps `target` (for tiles that stream faster so: PagedTile::kShallowRing). `forced` (> 0)
+// takes that depth where `optin` (one CTA's limit) holds it. 0 when not even 2 stages fit `optin`.
 template <class Bytes, class Ctas>
 int choose_stages(Bytes bytes, Ctas ctas, int budget, int optin, int target, int forced, bool shallow = false) {
   int stages = forced > 0 ? std::clamp(forced, 2, 4) : 4;
