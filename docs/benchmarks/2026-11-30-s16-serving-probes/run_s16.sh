@@ -82,6 +82,21 @@ case "$1" in
   8) # main after the capture fix (bench/measure.py's GraphReplay holds the captured callable): the decode rows again
      main_package
      PYTHONPATH=.devbin/py/main timeout 120 python3 $P/probe_s16_stages.py decode > $OUT/probe_decode.log 2>&1 ;;
-  *) echo "usage: run_s16.sh 1..8" >&2; exit 2 ;;
+  9) # branch next-scale16 (this tree): its binaries (.devbin/gpu_s16b.tar.xz, built on the CPU machine for sm_90a) on
+     # the serving suite and memcheck over the fp8 tests; then its package against main's (unpacked in
+     # .devbin/main_src: git archive main | tar -x -C .devbin/main_src) on the fp8 rows
+     mkdir -p .devbin/gpu && tar -xJf .devbin/gpu_s16b.tar.xz -C .devbin/gpu && B=.devbin/gpu/gpu_s16b
+     export FLASHGATE_CPU_THREADS=16
+     timeout 240 $B/flashgate_gpu_tests --gtest_filter='*Decode*:*Paged*' > $OUT/gpu_tests.log 2>&1
+     echo "serving rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED' $OUT/gpu_tests.log | head -3 | tr '\n' ' ')"
+     timeout 240 compute-sanitizer --tool memcheck --print-limit 5 $B/flashgate_gpu_tests --gtest_brief=1 \
+       --gtest_filter='PagedCuda.Fp8*:PagedCuda.HeadMajorCacheThroughStrides:PagedCuda.WindowsAndSinks' > $OUT/memcheck.log 2>&1
+     echo "memcheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|ERROR SUMMARY' $OUT/memcheck.log | tr '\n' ' ')"
+     variants s .devbin/main_src "main -DFLASHGATE_NONE=0" &
+     variants s . "scale16 -DFLASHGATE_NONE=0" &
+     wait
+     PROBE_ROUNDS=2 PROBE_ROWS="fp8 per-token B;fp8 per-tensor B64 ;fp8 per-tensor B128 " timeout 300 \
+       python3 $S14/probe_s14a.py main=.devbin/py/s_main scale16=.devbin/py/s_scale16 > $OUT/probe_scale16.log 2>&1 ;;
+  *) echo "usage: run_s16.sh 1..9" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
