@@ -97,6 +97,9 @@ case "$1" in
      wait
      PROBE_ROUNDS=2 PROBE_ROWS="fp8 per-token B;fp8 per-tensor B64 ;fp8 per-tensor B128 " timeout 300 \
        python3 $S14/probe_s14a.py main=.devbin/py/s_main scale16=.devbin/py/s_scale16 > $OUT/probe_scale16.log 2>&1 ;;
-  *) echo "usage: run_s16.sh 1..9" >&2; exit 2 ;;
+  10) # main: the wider fp8 tiles (K = V = 256; K576 / V512) at the planner's depth and forced 2, 3, 4 stages
+     main_package
+     PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s16_wide.py > $OUT/probe_wide.log 2>&1 ;;
+  *) echo "usage: run_s16.sh 1..10" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
