@@ -100,6 +100,11 @@ case "$1" in
   10) # main: the wider fp8 tiles (K = V = 256; K576 / V512) at the planner's depth and forced 2, 3, 4 stages
      main_package
      PYTHONPATH=.devbin/py/main timeout 300 python3 $P/probe_s16_wide.py > $OUT/probe_wide.log 2>&1 ;;
-  *) echo "usage: run_s16.sh 1..10" >&2; exit 2 ;;
+  11) # main (final): the Python package built there and its tests on the GPU (torch, the fp8 paged ops included)
+     main_package
+     PYTHONPATH=.devbin/py/main FLASHGATE_CPU_THREADS=16 timeout 400 python3 -m pytest -q -ra tests/python \
+       > $OUT/pytest.log 2>&1
+     echo "pytest rc=$?: $(tail -1 $OUT/pytest.log)" ;;
+  *) echo "usage: run_s16.sh 1..11" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
