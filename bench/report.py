@@ -49,12 +49,14 @@ def serving_table(rows, copy_gbps, copy_gbps_back_to_back=None):
             if c.get("status") != "ok":
                 lines.append(head + f"{c.get('status', '—')} | | | | | | |")
                 continue
-            b2b = c.get("gbps_back_to_back")
-            lines.append(head + f"{c['gbps']:.0f} | {c['ms']:.3f} | {c['gbps'] / copy_gbps:.2f} | "
-                         f"{_ratio(fg, c, 'gbps') if n != 'flashgate' else ''} | "
-                         f"{_fmt(c, 'gbps_back_to_back')} | "
-                         f"{f'{b2b / copy_gbps_back_to_back:.2f}' if b2b and copy_gbps_back_to_back else '—'} | "
-                         f"{_ratio(fg, c, 'gbps_back_to_back') if n != 'flashgate' else ''} |")
+            def of_copy(key, ceiling):
+                return f"{c[key] / ceiling:.2f}" if c.get(key) and ceiling else "—"
+
+            def vs(key):  # flashgate / this contender (blank on flashgate's own line)
+                return _ratio(fg, c, key) if n != "flashgate" else ""
+            lines.append(head + f"{c['gbps']:.0f} | {c['ms']:.3f} | {of_copy('gbps', copy_gbps)} | {vs('gbps')} | "
+                         f"{_fmt(c, 'gbps_back_to_back')} | {of_copy('gbps_back_to_back', copy_gbps_back_to_back)} | "
+                         f"{vs('gbps_back_to_back')} |")
     return "\n".join(lines)
 
 
