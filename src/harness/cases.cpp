@@ -263,9 +263,11 @@ std::string PagedConfig::describe() const {
   std::ostringstream s;
   s << "paged ctx[" << join(context_lens) << "] q[" << join(query_lens) << "] HQ" << heads << " H" << kv_heads << " K"
     << head_dim << " V" << v_dim << " block" << block_size << " " << dtype_name(dtype);
-  if (fp8)
-    s << " fp8-" << (scale_mode == detail::ScaleMode::per_token ? "per-token"
-                     : scale_mode == detail::ScaleMode::per_tensor ? "per-tensor" : "unscaled");
+  auto mode_name = [](detail::ScaleMode m) {
+    return m == detail::ScaleMode::per_token ? "per-token" : m == detail::ScaleMode::per_tensor ? "per-tensor" : "unscaled";
+  };
+  if (fp8 && k_mode() == v_mode()) s << " fp8-" << mode_name(k_mode());
+  else if (fp8) s << " fp8 K-" << mode_name(k_mode()) << " V-" << mode_name(v_mode());
   if (sink) s << " sink";
   if (window) s << " window" << *window;
   if (token_spread != 1.0) s << " spread" << token_spread;
@@ -319,16 +321,16 @@ PagedCase PagedCase::random(const PagedConfig& cfg, Rng& rng) {
 
   // Real-valued K/V per slot with per-(token, head) magnitudes; quantised to fp8 when asked.
   const DType cache_dtype = cfg.fp8 ? DType::e4m3 : cfg.dtype;
-  const bool per_token = cfg.fp8 && cfg.scale_mode == detail::ScaleMode::per_token;
-  const bool per_tensor = cfg.fp8 && cfg.scale_mode == detail::ScaleMode::per_tensor;
-  if (per_token) {
-    c.k_scale = OwnedTensor(fdt, {NB, H, BS});
-    c.v_scale = OwnedTensor(fdt, {NB, H, BS});
-  } else if (per_tensor) {
-    c.k_scale = OwnedTensor(fdt, {1});
-    c.v_scale = OwnedTensor(fdt, {1});
-  }
-  auto build_cache = [&](OwnedTensor& cache, OwnedTensor& scales, int64_t D) {
+  // Each operand's scales by its mode (K: scale_mode; V: v_scale_mode where set).
+  auto make_scales = [&](detail::ScaleMode mode) {
+    return mode == detail::ScaleMode::per_token    ? OwnedTensor(fdt, {NB, H, BS})
+           : mode == detail::ScaleMode::per_tensor ? OwnedTensor(fdt, {1})
+                                                   : OwnedTensor();
+  };
+  c.k_scale = make_scales(cfg.k_mode());
+  c.v_scale = make_scales(cfg.v_mode());
+  auto build_cache = [&](OwnedTensor& cache, OwnedTensor& scales, int64_t D, detail::ScaleMode mode) {
+    const bool per_token = mode == detail::ScaleMode::per_token, per_tensor = mode == detail::ScaleMode::per_tensor;
     cache = OwnedTensor(cache_dtype, {NB, BS, H, D});
     std::vector<double> real(static_cast<size_t>(NB * BS * H * D), 0.0);
     std::vector<double> tok_amax(static_cast<size_t>(NB * BS * H), 0.0);
@@ -372,8 +374,8 @@ PagedCase PagedCase::random(const PagedConfig& cfg, Rng& rng) {
     cache.set_values(real);
     if (scales.defined()) scales.set_values(scale_vals);
   };
-  build_cache(c.k_cache, c.k_scale, cfg.head_dim);
-  build_cache(c.v_cache, c.v_scale, cfg.v_dim);
+  build_cache(c.k_cache, c.k_scale, cfg.head_dim, cfg.k_mode());
+  build_cache(c.v_cache, c.v_scale, cfg.v_dim, cfg.v_mode());
 
   // NaN bytes in every slot that no sequence uses, so a kernel that reads one shows it.
   if (cfg.nan_unused) {
@@ -386,15 +388,15 @@ PagedCase PagedCase::random(const PagedConfig& cfg, Rng& rng) {
     };
     nan_slots(c.k_cache, cfg.head_dim);
     nan_slots(c.v_cache, cfg.v_dim);
-    if (per_token)
-      for (OwnedTensor* sc : {&c.k_scale, &c.v_scale}) {
-        auto* p = static_cast<unsigned char*>(sc->view().data);
-        const size_t es = dtype_size(sc->view().dtype);
-        for (int64_t b = 0; b < NB; ++b)
-          for (int64_t h = 0; h < H; ++h)
-            for (int64_t s = owner_len[b]; s < BS; ++s)
-              std::fill(p + ((b * H + h) * BS + s) * es, p + ((b * H + h) * BS + s + 1) * es, 0xff);
-      }
+    for (OwnedTensor* sc : {&c.k_scale, &c.v_scale}) {
+      if (!sc->defined() || sc->view().rank != 3) continue;  // per-token scales only
+      auto* p = static_cast<unsigned char*>(sc->view().data);
+      const size_t es = dtype_size(sc->view().dtype);
+      for (int64_t b = 0; b < NB; ++b)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t s = owner_len[b]; s < BS; ++s)
+            std::fill(p + ((b * H + h) * BS + s) * es, p + ((b * H + h) * BS + s + 1) * es, 0xff);
+    }
   }
   c.poison_outputs();
   return c;
@@ -437,7 +439,8 @@ double PagedCase::kv_bytes_read() const {
   for (int64_t L : cfg.context_lens) tokens += static_cast<double>(L);
   const double es = static_cast<double>(dtype_size(k_cache.view().dtype));
   double per_token = es * cfg.kv_heads * static_cast<double>(cfg.head_dim + cfg.v_dim);
-  if (cfg.fp8 && cfg.scale_mode == detail::ScaleMode::per_token) per_token += 2.0 * 4.0 * cfg.kv_heads;
+  for (detail::ScaleMode m : {cfg.k_mode(), cfg.v_mode()})
+    if (m == detail::ScaleMode::per_token) per_token += 4.0 * cfg.kv_heads;
   return tokens * per_token;
 }
 

@@ -88,6 +88,7 @@ struct PagedConfig {
   DType dtype = DType::bf16;    // q/o dtype (and the cache's unless fp8)
   bool fp8 = false;
   detail::ScaleMode scale_mode = detail::ScaleMode::none;  // with fp8: per_tensor or per_token
+  std::optional<detail::ScaleMode> v_scale_mode;          // V's, where it differs from K's (scale_mode)
   bool sink = false;
   std::optional<int64_t> window;
   std::optional<float> scale;
@@ -98,6 +99,8 @@ struct PagedConfig {
 
   std::string describe() const;
   int64_t total_q() const;
+  detail::ScaleMode k_mode() const { return fp8 ? scale_mode : detail::ScaleMode::none; }
+  detail::ScaleMode v_mode() const { return fp8 ? v_scale_mode.value_or(scale_mode) : detail::ScaleMode::none; }
 };
 
 struct PagedCase {

@@ -213,6 +213,24 @@ TEST(PagedCuda, Fp8ScaleModesAndPages) {
     }
 }
 
+// A scale mode per operand: a per-token scale on one operand sends the cache to the per-token kernel family
+// (serving.cpp), which then reads the other operand's scale per tensor or not at all.
+TEST(PagedCuda, Fp8MixedScaleModes) {
+  FLASHGATE_REQUIRE_GPU();
+  const std::pair<ScaleMode, ScaleMode> mixes[] = {
+      {ScaleMode::per_token, ScaleMode::per_tensor}, {ScaleMode::per_tensor, ScaleMode::per_token},
+      {ScaleMode::none, ScaleMode::per_token},       {ScaleMode::per_token, ScaleMode::none},
+      {ScaleMode::per_tensor, ScaleMode::none},      {ScaleMode::none, ScaleMode::per_tensor}};
+  for (const auto& [k_mode, v_mode] : mixes) {
+    PagedConfig c = fp8(base(), k_mode);
+    c.v_scale_mode = v_mode;
+    c.heads = 16, c.kv_heads = 1;
+    c.context_lens = {1, 33, 700, 2049};
+    c.query_lens = {1, 4, 2, 3};
+    check_paged(c);
+  }
+}
+
 // The per-token V scale must not be rounded onto P at 8 bits: a long context with 20x magnitude spread
 // shows the bias that rounding would leave (about 0.3%).
 TEST(PagedCuda, Fp8PerTokenBiasLongContext) {

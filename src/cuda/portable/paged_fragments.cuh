@@ -32,18 +32,25 @@ struct CacheTraits<CacheKind::f16> {
   using Mma = __half;             // mma operand type
   static constexpr int kBytes = 2;
   static constexpr bool kFp8 = false;
+  static constexpr bool kTokenScales = false;  // per-token K or V scales (fp8 only)
 };
 template <>
 struct CacheTraits<CacheKind::bf16> {
   using Mma = __nv_bfloat16;
   static constexpr int kBytes = 2;
   static constexpr bool kFp8 = false;
+  static constexpr bool kTokenScales = false;
 };
 template <>
 struct CacheTraits<CacheKind::e4m3> {
   using Mma = __half;             // exact for every e4m3 value; Q and P are brought into f16 range
   static constexpr int kBytes = 1;
   static constexpr bool kFp8 = true;
+  static constexpr bool kTokenScales = false;
+};
+template <>
+struct CacheTraits<CacheKind::e4m3_tokens> : CacheTraits<CacheKind::e4m3> {
+  static constexpr bool kTokenScales = true;
 };
 
 template <CacheKind C>

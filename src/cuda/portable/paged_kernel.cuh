@@ -90,7 +90,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   using Mma = typename Tile::Traits::Mma;
   static_assert(sizeof(paged_detail::SharedRows) <= Tile::kRowInfoBytes, "row facts must fit their slot");
   constexpr int E = Tile::E, KS = Tile::KS, VP = Tile::VP, VW = Tile::VW;
-  constexpr bool kFp8 = Tile::Traits::kFp8;
   ptx::launch_dependents();  // the split merge may start its CTAs now (it waits for this grid's partials)
 
   extern __shared__ __align__(128) unsigned char smem[];
@@ -160,8 +159,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   };
   int entries = num_tiles > 0 ? fetch_group(0) : 0;
   int next_entries = num_tiles > 32 ? fetch_group(1) : 0;  // the next group's (past the last: group 0's)
-  const bool k_per_token = kFp8 && p.k_scale_mode == CacheScale::per_token;
-  const bool v_per_token = kFp8 && p.v_scale_mode == CacheScale::per_token;
+  const bool k_per_token = Tile::Traits::kTokenScales && p.k_scale_mode == CacheScale::per_token;
+  const bool v_per_token = Tile::Traits::kTokenScales && p.v_scale_mode == CacheScale::per_token;
   const int64_t k_row_step = p.k_slot_stride * Tile::kBytes, v_row_step = p.v_slot_stride * Tile::kBytes;
   auto load_stage = [&]() {
     unsigned char* stage = ring + load_slot * Tile::kStageBytes;

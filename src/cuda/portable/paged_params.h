@@ -13,8 +13,10 @@ namespace flashgate::cuda {
 
 enum class CacheScale : int { none = 0, per_tensor = 1, per_token = 2 };
 
-// Element type of the K/V cache on the mma path (one kernel instantiation family each).
-enum class CacheKind : int { f16, bf16, e4m3 };
+// Element type of the K/V cache on the mma path (one kernel instantiation family each). fp8 caches with a
+// per-token scale on K or V take their own family (e4m3_tokens): per-tensor fp8 then compiles without the
+// per-token machinery (scale copies, column scaling, the P * scale hi + lo pair and its second mma).
+enum class CacheKind : int { f16, bf16, e4m3, e4m3_tokens };
 
 struct ServingParams {
   // Queries q [rows, HQ, K] and outputs o [rows, HQ, V]; rows = total_q (one per sequence for decode).

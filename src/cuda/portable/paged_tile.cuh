@@ -33,7 +33,7 @@ struct PagedTile {
   // so it reads the query fragments from shared memory every stage (8 loads) to fit 128 registers.
   static constexpr bool kFourCtas = Traits::kFp8 && KP == 128 && VP == 128;
   static constexpr bool kQInRegisters = KP <= 128 && !kFourCtas;
-  static constexpr bool kScaleSlots = Traits::kFp8;    // per-token scales staged next to the rows
+  static constexpr bool kScaleSlots = Traits::kTokenScales;  // per-token scales staged next to the rows
   static constexpr bool kScaleQ = Traits::kFp8;        // f16 Q K^T with a cache of any range: scale Q rows
   static constexpr int kStageBytes = KS * (kKeyRowBytes + kValueRowBytes) + (kScaleSlots ? 2 * KS * 4 : 0);
   static constexpr int kQBytes = kKSteps * 32 * 16;    // query fragments, [k-step][lane][4 registers]

@@ -160,7 +160,8 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   const bool mma_types = (p.qo_dtype == DType::f16 || p.qo_dtype == DType::bf16) &&
                          (p.cache_dtype == p.qo_dtype || p.cache_dtype == DType::e4m3);
   if (!mma_types || !in.aligned || p.H > 65535) return plan;
-  const CacheKind kind = p.cache_dtype == DType::e4m3 ? CacheKind::e4m3
+  const bool token_scales = p.k_scale_mode == CacheScale::per_token || p.v_scale_mode == CacheScale::per_token;
+  const CacheKind kind = p.cache_dtype == DType::e4m3 ? (token_scales ? CacheKind::e4m3_tokens : CacheKind::e4m3)
                          : p.cache_dtype == DType::bf16 ? CacheKind::bf16
                                                         : CacheKind::f16;
   const cuda::PagedMmaEntry* entry = cuda::find_paged_mma(kind, p.K, p.V);
