@@ -50,7 +50,8 @@ struct PagedTile {
   static constexpr int kMergeSlots = kMergeInSlots ? (WK + kPartsPerSlot - 1) / kPartsPerSlot : 0;
   static constexpr int kReduceBytes = kMergeInSlots ? 0 : WK * kPartBytes;
   // Several kv heads per CTA (ServingParams::heads_per_cta): 16-bit caches only; the fp8 kernels sit at their
-  // register bounds (kMinBlocksPerSM) and spilled with the head loop's state.
+  // register bounds (kMinBlocksPerSM) and spilled with the head loop's state (per-tensor fp8 D128 too, without
+  // the per-token code: 128 B, session 17).
   static constexpr bool kHeadsInTurn = !Traits::kFp8;
   // Query fragments by cp.async (16-bit caches with K <= 128, the query held in registers): a pure permuted
   // copy, issued ahead with the stages, so a head's start does not wait on a query round trip queued behind
@@ -65,7 +66,7 @@ struct PagedTile {
   // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
   static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
   // Register budget: 4 CTAs per SM (128 registers) for fp8 D128 (2 stages on the H200, kShallowRing; it spills
-  // 12 B, two reloads per stage); 3 (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to D256,
+  // 12 B per token, two reloads per stage; 4 B per tensor); 3 (<= 170 registers) where an H200's shared memory holds 3 (fp8 up to D256,
   // D64); elsewhere it holds 2, and up to 255 registers avoid spills. The planner picks the stages that keep
   // this count.
   static constexpr int kMinBlocksPerSM = kFourCtas ? 4 : (Traits::kFp8 && VP <= 256) || VP <= 64 ? 3 : 2;
