@@ -264,7 +264,8 @@ std::string PagedConfig::describe() const {
   s << "paged ctx[" << join(context_lens) << "] q[" << join(query_lens) << "] HQ" << heads << " H" << kv_heads << " K"
     << head_dim << " V" << v_dim << " block" << block_size << " " << dtype_name(dtype);
   auto mode_name = [](detail::ScaleMode m) {
-    return m == detail::ScaleMode::per_token ? "per-token" : m == detail::ScaleMode::per_tensor ? "per-tensor" : "unscaled";
+    using detail::ScaleMode;
+    return m == ScaleMode::per_token ? "per-token" : m == ScaleMode::per_tensor ? "per-tensor" : "unscaled";
   };
   if (fp8 && k_mode() == v_mode()) s << " fp8-" << mode_name(k_mode());
   else if (fp8) s << " fp8 K-" << mode_name(k_mode()) << " V-" << mode_name(v_mode());
