@@ -161,8 +161,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   };
   int entries = num_tiles > 0 ? fetch_group(0) : 0;
   int next_entries = num_tiles > 32 ? fetch_group(1) : 0;  // the next group's (past the last: group 0's)
-  const bool k_per_token = Tile::Traits::kTokenScales && p.k_scale_mode == CacheScale::per_token;
-  const bool v_per_token = Tile::Traits::kTokenScales && p.v_scale_mode == CacheScale::per_token;
+  // The per-token family reads both operands' scales per token: a per-tensor scale through zero strides (the
+  // same float for every token), none as 1 (serving.cpp sends every cache with a per-token scale here).
+  constexpr bool k_per_token = Tile::Traits::kTokenScales, v_per_token = Tile::Traits::kTokenScales;
   const int64_t k_row_step = p.k_slot_stride * Tile::kBytes, v_row_step = p.v_slot_stride * Tile::kBytes;
   auto load_stage = [&]() {
     unsigned char* stage = ring + load_slot * Tile::kStageBytes;
@@ -218,13 +219,17 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       copy_values(vstage, ok ? vbase + kr.v_off * Tile::kBytes : vbase, live, row0, value_chunk);
     }
     if constexpr (Tile::kScaleSlots) {
-      // Per-token scales next to the rows; a key that is not loaded gets scale 0 (its column is masked).
+      // Per-token scales next to the rows; a key that is not loaded gets scale 0 (its column is masked), an
+      // operand without scales 1.
       float* scales = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + row0 + lane;
-      if (loader_lane && k_per_token)
-        ptx::cp_async_4(scales, ok ? kscale_base + scale_offset(p.k_scale_strides, kr, 0) : p.k_scale, ok ? 4 : 0);
-      if (loader_lane && v_per_token)
-        ptx::cp_async_4(scales + KS, ok ? vscale_base + scale_offset(p.v_scale_strides, kr, 0) : p.v_scale,
-                        ok ? 4 : 0);
+      auto copy_scale = [&](float* dst, const float* base, const int64_t (&strides)[3]) {
+        if (!base) *dst = ok ? 1.f : 0.f;  // the same for the whole warp
+        else ptx::cp_async_4(dst, ok ? base + scale_offset(strides, kr, 0) : base, ok ? 4 : 0);
+      };
+      if (loader_lane) {
+        copy_scale(scales, p.k_scale ? kscale_base : nullptr, p.k_scale_strides);
+        copy_scale(scales + KS, p.v_scale ? vscale_base : nullptr, p.v_scale_strides);
+      }
     }
   };
 
@@ -336,7 +341,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     // This lane's two rows (g, g+8): visible keys and the score multiplier (softmax scale in the exp2
     // domain, per-tensor K scale, the undoing of the query's power-of-two scale).
     float score_mul = p.scale_log2;
-    if (p.k_scale_mode == CacheScale::per_tensor) score_mul *= p.k_scale[0];
+    if (!k_per_token && p.k_scale_mode == CacheScale::per_tensor) score_mul *= p.k_scale[0];
     float row_mul[2];
 #pragma unroll
     for (int rs = 0; rs < 2; ++rs) row_mul[rs] = Tile::kScaleQ ? score_mul * rows->q_unscale[g + 8 * rs] : score_mul;
@@ -432,7 +437,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
           }
         }
       }
-      if (p.gate_bias) {
+      if (!Tile::Traits::kFp8 && p.gate_bias) {  // fp8 comes only through paged_attention: no gate
         const int64_t gate_row[2] = {rows->gate_row[g], rows->gate_row[g + 8]};
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
@@ -591,7 +596,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       const float mu = m == -INFINITY ? 0.f : m;
 #pragma unroll
       for (int w = 0; w < Tile::WK; ++w) l += red_sum[w * Tile::kRows + tid] * exp2f(red_max[w * Tile::kRows + tid] - mu);
-      float vmul = p.v_scale_mode == CacheScale::per_tensor ? p.v_scale[0] : 1.f;
+      const bool v_per_tensor = !v_per_token && p.v_scale_mode == CacheScale::per_tensor;
+      float vmul = v_per_tensor ? p.v_scale[0] : 1.f;
       const int head = rows->head[tid];
       if (p.num_splits == 1) {
         const bool has_sink = p.sink != nullptr && head >= 0;

@@ -66,7 +66,8 @@ struct ServingParams {
   CacheScale k_scale_mode = CacheScale::none, v_scale_mode = CacheScale::none;
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
-  int64_t k_scale_strides[3] = {0, 0, 1}, v_scale_strides[3] = {0, 0, 1};  // block, head, slot
+  // Block, head, slot; zero unless per token, so that the per-token kernels read a per-tensor scale through them.
+  int64_t k_scale_strides[3] = {0, 0, 0}, v_scale_strides[3] = {0, 0, 0};
 
   // Row blocks: a CTA takes 16 rows = `tokens_per_block` query tokens x `rows_per_token` query heads of one
   // kv head (G <= 16), or 16 of the G heads of one token (G > 16, `head_blocks` = ceil(G / 16) blocks).
