@@ -24,9 +24,9 @@
 //   through the mma as an f16 hi + lo pair (two mmas), so it is not rounded (SPEC §6). To keep that pair
 //   in f16 range, each warp divides P * scale by a power of two at least the largest V scale it has seen
 //   (raised, with an accumulator rescale, like the softmax max) and multiplies it back at the end.
-//   Without per-token V scales P is rounded once, and one mma does. Per-token scales are their own kernel
-//   family (CacheKind::e4m3_tokens, either operand per token); per-tensor fp8 compiles without any of it
-//   (CacheKind::e4m3: no scale copies, no predicated second mma; ~11% fewer instructions, session 17).
+//   Without per-token V scales P is rounded once, and one mma does. Caches with a per-token scale on K or V
+//   take their own kernel family (CacheKind::e4m3_tokens), which reads both operands' scales per token;
+//   per-tensor fp8 (CacheKind::e4m3) compiles without any of it: no scale copies, no second mma.
 // - Scores live in the exp2 domain (scale * log2 e folded once); the decode gate term arrives precomputed
 //   per (query head, key) from a suffix-sum pre-kernel (decode_gate.cu).
 // - One split: the CTA writes o. Several: normalised partial o (fp32) and its log2 sum go to the
