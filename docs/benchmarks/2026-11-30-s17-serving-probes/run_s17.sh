@@ -37,6 +37,38 @@ ab_rows() {
     echo "$r ${row%%|*} ${b%%=*} $(${b#*=}/flashgate run ${row#*|} --iters 300 | grep -E '^time')"
   done; done; done
 }
+# The validation steps the runs share; each prints one summary line (logs under $OUT).
+main_job() { $1/flashgate run > $OUT/main_job.log 2>&1; echo "main job rc=$? $(tail -1 $OUT/main_job.log)"; }
+serving_suite() {
+  timeout 240 $1/flashgate_gpu_tests --gtest_filter='*Decode*:*Paged*' > $OUT/gpu_tests.log 2>&1
+  echo "serving rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED' $OUT/gpu_tests.log | head -3 | tr '\n' ' ')"
+}
+memcheck() {  # memcheck BINDIR FILTER
+  timeout 240 compute-sanitizer --tool memcheck --print-limit 5 $1/flashgate_gpu_tests --gtest_brief=1 \
+    --gtest_filter="$2" > $OUT/memcheck.log 2>&1
+  echo "memcheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|ERROR SUMMARY' $OUT/memcheck.log | tr '\n' ' ')"
+}
+racecheck() {  # racecheck BINDIR FILTER
+  timeout 200 compute-sanitizer --tool racecheck --print-limit 20 $1/flashgate_gpu_tests --gtest_brief=1 \
+    --gtest_filter="$2" > $OUT/racecheck.log 2>&1
+  echo "racecheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|RACECHECK SUMMARY' $OUT/racecheck.log | tr '\n' ' ')"
+}
+main_package() {  # this tree's Python package into .devbin/py/main
+  rm -rf .devbin/py/main
+  CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
+    --target .devbin/py/main -C build-dir=build-wheel/main -C cmake.define.FLASHGATE_CUDA_TARGETS=90a . \
+    > $OUT/pip_main.log 2>&1
+  echo "pip main rc=$? at ${SECONDS}s"
+}
+serving_bench() {  # the benchmark's serving rows with the package of main_package
+  FLASHGATE_GIT_REV=$(cat .devbin/rev 2>/dev/null) PYTHONPATH=.devbin/py/main timeout 300 \
+    python3 bench/run.py --out $OUT/bench --fla .peers --rows ctx > $OUT/bench.log 2>&1
+  echo "bench rc=$? at ${SECONDS}s"
+}
+gpu_pytest() {
+  PYTHONPATH=.devbin/py/main timeout 240 python3 -m pytest -q -ra tests/python > $OUT/pytest.log 2>&1
+  echo "pytest rc=$? at ${SECONDS}s: $(tail -1 $OUT/pytest.log)"
+}
 case "$1" in
   1) # main bd2fc3c (.devbin/gpu_s17.tar.xz: flashgate): clocks and power under each paged row, the copy ceiling;
      # then ncu (clocks, SOL, warp states, scheduler, source counters) on paged B64/4096 bf16 / fp8 per tensor / token
@@ -77,12 +109,7 @@ print(f'time: {(time.time() - t) / n * 1e3:.4f} ms per 2 GiB copy ({2 * 2**30 * 
      # (gpu_s17) on the fp8 rows, builds alternating, 2 rounds (CLI: eager launches, events around each, no flush);
      # then ncu's duration and executed instructions of both on fp8 per tensor B64/4096
      unpack gpu_s17; MAIN=$B; unpack gpu_s17b; NEW=$B
-     $NEW/flashgate run > $OUT/main_job.log 2>&1; echo "main job rc=$? $(tail -1 $OUT/main_job.log)"
-     timeout 240 $NEW/flashgate_gpu_tests --gtest_filter='*Decode*:*Paged*' > $OUT/gpu_tests.log 2>&1
-     echo "serving rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED' $OUT/gpu_tests.log | head -3 | tr '\n' ' ')"
-     timeout 240 compute-sanitizer --tool memcheck --print-limit 5 $NEW/flashgate_gpu_tests --gtest_brief=1 \
-       --gtest_filter='PagedCuda.Fp8*:PagedCuda.EverySplitCountAgrees' > $OUT/memcheck.log 2>&1
-     echo "memcheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|ERROR SUMMARY' $OUT/memcheck.log | tr '\n' ' ')"
+     main_job $NEW; serving_suite $NEW; memcheck $NEW 'PagedCuda.Fp8*:PagedCuda.EverySplitCountAgrees'
      ab_rows "main=$MAIN new=$NEW" > $OUT/ab.log 2>&1; cat $OUT/ab.log
      for b in main=$MAIN new=$NEW; do
        timeout 120 ncu --clock-control none --kernel-name regex:paged_mma --launch-count 3 \
@@ -92,37 +119,17 @@ print(f'time: {(time.time() - t) / n * 1e3:.4f} ms per 2 GiB copy ({2 * 2**30 * 
   3) # branch next-fp8-kinds 7a648f3 (.devbin/gpu_s17c.tar.xz, with the mixed-mode test): default run, serving suite,
      # memcheck over the fp8 tests, racecheck over two; then this tree's Python package and the benchmark's serving rows
      unpack gpu_s17c; NEW=$B
-     $NEW/flashgate run > $OUT/main_job.log 2>&1; echo "main job rc=$? $(tail -1 $OUT/main_job.log)"
-     timeout 240 $NEW/flashgate_gpu_tests --gtest_filter='*Decode*:*Paged*' > $OUT/gpu_tests.log 2>&1
-     echo "serving rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED' $OUT/gpu_tests.log | head -3 | tr '\n' ' ')"
-     timeout 240 compute-sanitizer --tool memcheck --print-limit 5 $NEW/flashgate_gpu_tests --gtest_brief=1 \
-       --gtest_filter='PagedCuda.Fp8*:PagedCuda.MixedPrefillDecodeVerify:DecodeCuda.ManySequences' > $OUT/memcheck.log 2>&1
-     echo "memcheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|ERROR SUMMARY' $OUT/memcheck.log | tr '\n' ' ')"
-     timeout 200 compute-sanitizer --tool racecheck --print-limit 20 $NEW/flashgate_gpu_tests --gtest_brief=1 \
-       --gtest_filter='PagedCuda.Fp8ScaleModesAndPages:PagedCuda.Fp8MixedScaleModes' > $OUT/racecheck.log 2>&1
-     echo "racecheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|RACECHECK SUMMARY' $OUT/racecheck.log | tr '\n' ' ')"
-     rm -rf .devbin/py/main
-     CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
-       --target .devbin/py/main -C build-dir=build-wheel/main -C cmake.define.FLASHGATE_CUDA_TARGETS=90a . \
-       > $OUT/pip_main.log 2>&1
-     echo "pip main rc=$? at ${SECONDS}s"
-     FLASHGATE_GIT_REV=$(cat .devbin/rev 2>/dev/null) PYTHONPATH=.devbin/py/main timeout 300 \
-       python3 bench/run.py --out $OUT/bench --fla .peers --rows ctx > $OUT/bench.log 2>&1
-     echo "bench rc=$? at ${SECONDS}s"
+     main_job $NEW; serving_suite $NEW
+     memcheck $NEW 'PagedCuda.Fp8*:PagedCuda.MixedPrefillDecodeVerify:DecodeCuda.ManySequences'
+     racecheck $NEW 'PagedCuda.Fp8ScaleModesAndPages:PagedCuda.Fp8MixedScaleModes'
+     main_package; serving_bench
      grep -E "^\| (decode|paged|verify)" $OUT/bench/*.md 2>/dev/null | head -40
      (cd $OUT && tar -czf run3.tgz bench *.log && rm -rf bench *.log) ;;
   4) # main 9c2a138 (.devbin/gpu_s17d.tar.xz): default run; the Python package built there and pytest on the GPU; the
      # per-tensor fp8 rows at the planner's 2 stages against 3 (FLASHGATE_SERVING_STAGES; stages are 16 KB without
      # scale slots now); then the whole GPU suite
      unpack gpu_s17d; NEW=$B
-     $NEW/flashgate run > $OUT/main_job.log 2>&1; echo "main job rc=$? $(tail -1 $OUT/main_job.log)"
-     rm -rf .devbin/py/main
-     CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
-       --target .devbin/py/main -C build-dir=build-wheel/main -C cmake.define.FLASHGATE_CUDA_TARGETS=90a . \
-       > $OUT/pip_main.log 2>&1
-     echo "pip main rc=$? at ${SECONDS}s"
-     PYTHONPATH=.devbin/py/main timeout 240 python3 -m pytest -q -ra tests/python > $OUT/pytest.log 2>&1
-     echo "pytest rc=$? at ${SECONDS}s: $(tail -1 $OUT/pytest.log)"
+     main_job $NEW; main_package; gpu_pytest
      for r in 1 2; do for row in "${FP8_ROWS[@]:0:4}"; do for st in 2 3; do
        echo "$r ${row%%|*} stages=$st $(FLASHGATE_SERVING_STAGES=$st $NEW/flashgate run ${row#*|} --iters 300 | grep -E '^time')"
      done; done; done > $OUT/stages.log 2>&1; cat $OUT/stages.log
@@ -135,11 +142,7 @@ print(f'time: {(time.time() - t) / n * 1e3:.4f} ms per 2 GiB copy ({2 * 2**30 * 
      # branch; ncu (duration, instructions) of main 9c2a138 (gpu_s17d), the branch and va on fp8 B64/4096; the fp8
      # rows once on each through the CLI
      unpack gpu_s17d; MAIN=$B; unpack gpu_s17e; NEW=$B
-     timeout 240 $NEW/flashgate_gpu_tests --gtest_filter='*Decode*:*Paged*' > $OUT/gpu_tests.log 2>&1
-     echo "serving rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED' $OUT/gpu_tests.log | head -3 | tr '\n' ' ')"
-     timeout 240 compute-sanitizer --tool memcheck --print-limit 5 $NEW/flashgate_gpu_tests --gtest_brief=1 \
-       --gtest_filter='PagedCuda.Fp8*' > $OUT/memcheck.log 2>&1
-     echo "memcheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|ERROR SUMMARY' $OUT/memcheck.log | tr '\n' ' ')"
+     serving_suite $NEW; memcheck $NEW 'PagedCuda.Fp8*'
      for b in main=$MAIN/flashgate new=$NEW/flashgate va=$NEW/flashgate_va; do for m in per-tensor per-token; do
        timeout 100 ncu --clock-control none --kernel-name regex:paged_mma --launch-count 3 \
          --metrics gpu__time_duration.sum,smsp__inst_executed.sum ${b#*=} run $ROW64 --fp8 $m --iters 3 2>&1 \
@@ -151,32 +154,13 @@ print(f'time: {(time.time() - t) / n * 1e3:.4f} ms per 2 GiB copy ({2 * 2**30 * 
   6) # branch next-fp8-tokens 917aa19 (.devbin/gpu_s17f.tar.xz): serving suite, memcheck over the fp8 tests, racecheck
      # over two; then this tree's Python package and the benchmark's serving rows
      unpack gpu_s17f; NEW=$B
-     timeout 240 $NEW/flashgate_gpu_tests --gtest_filter='*Decode*:*Paged*' > $OUT/gpu_tests.log 2>&1
-     echo "serving rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED' $OUT/gpu_tests.log | head -3 | tr '\n' ' ')"
-     timeout 240 compute-sanitizer --tool memcheck --print-limit 5 $NEW/flashgate_gpu_tests --gtest_brief=1 \
-       --gtest_filter='PagedCuda.Fp8*' > $OUT/memcheck.log 2>&1
-     echo "memcheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|ERROR SUMMARY' $OUT/memcheck.log | tr '\n' ' ')"
-     timeout 200 compute-sanitizer --tool racecheck --print-limit 20 $NEW/flashgate_gpu_tests --gtest_brief=1 \
-       --gtest_filter='PagedCuda.Fp8MixedScaleModes:PagedCuda.Fp8PerTokenBiasLongContext' > $OUT/racecheck.log 2>&1
-     echo "racecheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|RACECHECK SUMMARY' $OUT/racecheck.log | tr '\n' ' ')"
-     rm -rf .devbin/py/main
-     CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
-       --target .devbin/py/main -C build-dir=build-wheel/main -C cmake.define.FLASHGATE_CUDA_TARGETS=90a . \
-       > $OUT/pip_main.log 2>&1
-     echo "pip main rc=$? at ${SECONDS}s"
-     FLASHGATE_GIT_REV=$(cat .devbin/rev 2>/dev/null) PYTHONPATH=.devbin/py/main timeout 200 \
-       python3 bench/run.py --out $OUT/bench --fla .peers --rows ctx > $OUT/bench.log 2>&1
-     echo "bench rc=$? at ${SECONDS}s"
+     serving_suite $NEW; memcheck $NEW 'PagedCuda.Fp8*'
+     racecheck $NEW 'PagedCuda.Fp8MixedScaleModes:PagedCuda.Fp8PerTokenBiasLongContext'
+     main_package; serving_bench
      grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
      (cd $OUT && tar -czf run6.tgz bench *.log && rm -rf bench *.log) ;;
   7) # main (the kernels of 917aa19): the Python package built there and pytest on the GPU
-     rm -rf .devbin/py/main
-     CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
-       --target .devbin/py/main -C build-dir=build-wheel/main -C cmake.define.FLASHGATE_CUDA_TARGETS=90a . \
-       > $OUT/pip_main.log 2>&1
-     echo "pip main rc=$? at ${SECONDS}s"
-     PYTHONPATH=.devbin/py/main timeout 150 python3 -m pytest -q -ra tests/python > $OUT/pytest.log 2>&1
-     echo "pytest rc=$? at ${SECONDS}s: $(tail -1 $OUT/pytest.log)" ;;
+     main_package; gpu_pytest ;;
   *) echo "usage: run_s17.sh 1..7" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
