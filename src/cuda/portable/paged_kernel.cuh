@@ -437,7 +437,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
           }
         }
       }
-      if (!Tile::Traits::kFp8 && p.gate_bias) {  // fp8 comes only through paged_attention: no gate
+      if (!Tile::kSkipGate && p.gate_bias) {
         const int64_t gate_row[2] = {rows->gate_row[g], rows->gate_row[g + 8]};
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)

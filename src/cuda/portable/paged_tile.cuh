@@ -73,6 +73,10 @@ struct PagedTile {
   // The launch bound: sm_8x keeps 3 for fp8 D128 (its emulated fp8 conversions spill 20 B at 128 registers,
   // and an A100's 164 KB of shared memory holds 3 such CTAs at most).
   static constexpr int kLaunchMinBlocks = kFourCtas && kSm8xDevicePass ? 3 : kMinBlocksPerSM;
+  // fp8 caches come only through paged_attention (decode's K/V have q's dtype), so its kernels need no test for the
+  // decode gate; dropping it shortened the per-token D128 loop on sm_90a by ~160 instructions, but on sm_8x the
+  // same code spilled 16 B at its 170-register bound, so there the test stays (session 17).
+  static constexpr bool kSkipGate = Traits::kFp8 && !kSm8xDevicePass;
   // fp8 D128 streams faster with 2 stages than 3 at its 4 CTAs per SM (H200, session 16: per token 2-5%, per
   // tensor 0-2%), so the planner takes the shallowest depth that keeps them (where 2 stages cannot, as on an
   // A100's 3 CTAs, its choice is unchanged).
