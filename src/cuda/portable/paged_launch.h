@@ -12,7 +12,6 @@ namespace flashgate::cuda {
 // its cache kind whose dims cover K and V. Each paged_mma_<kind>.cu instantiates its kind's list.
 #define FLASHGATE_PAGED_HEADS_16BIT(X, kind) \
   X(kind, 64, 64) X(kind, 128, 128) X(kind, 256, 256) X(kind, 512, 512) X(kind, 576, 512)
-// fp8 caches: kind e4m3 (per-tensor scales) and e4m3_tokens (a per-token scale on K or V).
 #define FLASHGATE_PAGED_HEADS_FP8(X, kind) X(kind, 128, 128) X(kind, 256, 256) X(kind, 512, 512) X(kind, 576, 512)
 
 // Shared memory of one mma instantiation, for the planner's choice of pipeline depth.

@@ -160,8 +160,7 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   const bool mma_types = (p.qo_dtype == DType::f16 || p.qo_dtype == DType::bf16) &&
                          (p.cache_dtype == p.qo_dtype || p.cache_dtype == DType::e4m3);
   if (!mma_types || !in.aligned || p.H > 65535) return plan;
-  // A per-token scale on K or V: the per-token family, which reads the other operand's per-tensor scale through
-  // its zero strides (or none as 1; paged_kernel.cuh).
+  // A per-token scale on K or V selects the per-token fp8 family (CacheKind).
   const bool token_scales = p.k_scale_mode == CacheScale::per_token || p.v_scale_mode == CacheScale::per_token;
   const CacheKind kind = p.cache_dtype == DType::e4m3 ? (token_scales ? CacheKind::e4m3_tokens : CacheKind::e4m3)
                          : p.cache_dtype == DType::bf16 ? CacheKind::bf16
