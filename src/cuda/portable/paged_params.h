@@ -18,6 +18,21 @@ enum class CacheScale : int { none = 0, per_tensor = 1, per_token = 2 };
 // per-token machinery (scale copies, column scaling, the P * scale hi + lo pair and its second mma).
 enum class CacheKind : int { f16, bf16, e4m3, e4m3_tokens };
 
+// Packed queries in row blocks of `tq` tokens (ServingParams::tokens_per_block), numbered sequence after
+// sequence: sequence n's ceil(Lq / tq) blocks start at n + floor((cu_q[n] - n) / tq). A non-empty sequence
+// takes one number for its first token and the floor of the running count of its other tokens for the rest,
+// so numbers never collide, and single-token sequences (decode) take consecutive numbers with no gaps (an
+// empty sequence takes at most one). The count is at most N + floor((total_q - N) / tq), a bound the host
+// takes without reading cu_q (some numbers may have no rows: those CTAs exit).
+FG_HOST_DEVICE int64_t floor_div(int64_t a, int64_t b) {  // b > 0
+  const int64_t q = a / b;
+  return q * b > a ? q - 1 : q;
+}
+FG_HOST_DEVICE int64_t first_token_block(int64_t n, int64_t cu_q_n, int64_t tq) { return n + floor_div(cu_q_n - n, tq); }
+FG_HOST_DEVICE int64_t token_block_bound(int64_t num_seqs, int64_t total_q, int64_t tq) {
+  return num_seqs + floor_div(total_q - num_seqs, tq);
+}
+
 struct ServingParams {
   // Queries q [rows, HQ, K] and outputs o [rows, HQ, V]; rows = total_q (one per sequence for decode).
   const void* q = nullptr;

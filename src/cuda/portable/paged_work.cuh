@@ -70,10 +70,9 @@ __device__ __forceinline__ int64_t warp_search_last_at_most(int64_t lo, int64_t 
   return lo;
 }
 
-// Row block number `vb` (blockIdx.x). Packed queries number their blocks sequence after sequence with a gap
-// of at most one per sequence: sequence n's blocks start at n + cu_q[n] / tokens_per_block, so the host
-// bounds the count by N + ceil(total_q / tokens_per_block) without reading cu_q. Returns false for a
-// number with no rows behind it (the CTA exits). Every thread of the CTA calls it (warp-wide search).
+// Row block number `vb` (blockIdx.x); packed queries number their token blocks by first_token_block
+// (paged_params.h). Returns false for a number with no rows behind it (the CTA exits). Every thread of the CTA
+// calls it (warp-wide search).
 __device__ __forceinline__ bool resolve_row_block(const ServingParams& p, int64_t vb, RowBlock& rb) {
   rb.head_block = static_cast<int>(vb % p.head_blocks);
   const int64_t vt = vb / p.head_blocks;
@@ -86,7 +85,7 @@ __device__ __forceinline__ bool resolve_row_block(const ServingParams& p, int64_
     rb.tok0 = 0;
   } else {
     const int64_t tq = p.tokens_per_block;
-    auto first_block = [&](int64_t n) { return n + query_offset(p, n) / tq; };
+    auto first_block = [&](int64_t n) { return first_token_block(n, query_offset(p, n), tq); };
     if (first_block(0) > vt) return false;
     const int64_t lo = warp_search_last_at_most(0, p.num_seqs - 1, vt, first_block);  // vt's sequence
     rb.seq.n = lo;

@@ -97,8 +97,9 @@ void set_row_blocks(ServingParams& p, bool one_query_per_sequence) {
   p.rows_per_token = std::min(p.G, 16);
   p.head_blocks = static_cast<int>(ceil_div(p.G, 16));
   p.tokens_per_block = one_query_per_sequence ? 1 : 16 / p.rows_per_token;
-  const int64_t token_blocks =
-      one_query_per_sequence ? p.num_seqs : p.num_seqs + ceil_div(p.total_q, p.tokens_per_block);
+  const int64_t token_blocks = one_query_per_sequence
+                                   ? p.num_seqs
+                                   : std::max<int64_t>(cuda::token_block_bound(p.num_seqs, p.total_q, p.tokens_per_block), 1);
   p.row_blocks = token_blocks * p.head_blocks;
 }
 

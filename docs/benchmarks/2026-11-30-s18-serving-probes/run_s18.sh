@@ -1,0 +1,96 @@
+#!/bin/bash
+# Session 18 device runs: `run_s18.sh N` runs run N from the repository root on the H200 and writes its logs under
+# $OUT. Binaries built on the CPU machine for sm_90a (build-dev) come carried as .devbin/<name>.tar.xz (git-ignored).
+cd "$(dirname "$0")/../../.."
+export PYTHONUNBUFFERED=1 FLASHGATE_CPU_THREADS=16
+SECONDS=0
+ROW64="--op paged --batch 64 --seqlen 4096 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --backend cuda --no-check"
+ROW128="--op paged --batch 128 --seqlen 1024 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --backend cuda --no-check"
+unpack() { mkdir -p .devbin/gpu && tar -xJf .devbin/$1.tar.xz -C .devbin/gpu && B=.devbin/gpu/$1; }
+# ab_rows "NAME=DIR ...": the fp8 rows on each build's flashgate, builds alternating, 2 rounds; one line per run
+FP8_ROWS=("fp8t_B64|$ROW64 --fp8 per-tensor" "fp8t_B8|${ROW64/--batch 64 --seqlen 4096/--batch 8 --seqlen 32768} --fp8 per-tensor"
+  "fp8t_B128|$ROW128 --fp8 per-tensor" "fp8t_B1|${ROW64/--batch 64 --seqlen 4096/--batch 1 --seqlen 131072} --fp8 per-tensor"
+  "fp8k_B64|$ROW64 --fp8 per-token" "fp8k_B128|$ROW128 --fp8 per-token"
+  "fp8t_V128K|${ROW64/--batch 64 --seqlen 4096/--batch 3 --seqlen 131072 --q-len 4} --fp8 per-tensor"
+  "fp8k_B1|${ROW64/--batch 64 --seqlen 4096/--batch 1 --seqlen 131072} --fp8 per-token")
+ab_rows() {
+  local r row b
+  for r in 1 2; do for row in "${FP8_ROWS[@]}"; do for b in $1; do
+    echo "$r ${row%%|*} ${b%%=*} $(${b#*=}/flashgate run ${row#*|} --iters 300 | grep -E '^time')"
+  done; done; done
+}
+# The validation steps the runs share; each prints one summary line (logs under $OUT).
+main_job() { $1/flashgate run > $OUT/main_job.log 2>&1; echo "main job rc=$? $(tail -1 $OUT/main_job.log)"; }
+serving_suite() {
+  timeout 240 $1/flashgate_gpu_tests --gtest_filter='*Decode*:*Paged*' > $OUT/gpu_tests.log 2>&1
+  echo "serving rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED' $OUT/gpu_tests.log | head -3 | tr '\n' ' ')"
+}
+memcheck() {  # memcheck BINDIR FILTER
+  timeout 240 compute-sanitizer --tool memcheck --print-limit 5 $1/flashgate_gpu_tests --gtest_brief=1 \
+    --gtest_filter="$2" > $OUT/memcheck.log 2>&1
+  echo "memcheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|ERROR SUMMARY' $OUT/memcheck.log | tr '\n' ' ')"
+}
+racecheck() {  # racecheck BINDIR FILTER
+  timeout 200 compute-sanitizer --tool racecheck --print-limit 20 $1/flashgate_gpu_tests --gtest_brief=1 \
+    --gtest_filter="$2" > $OUT/racecheck.log 2>&1
+  echo "racecheck rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|RACECHECK SUMMARY' $OUT/racecheck.log | tr '\n' ' ')"
+}
+main_package() {  # this tree's Python package into .devbin/py/main
+  rm -rf .devbin/py/main
+  CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
+    --target .devbin/py/main -C build-dir=build-wheel/main -C cmake.define.FLASHGATE_CUDA_TARGETS=90a . \
+    > $OUT/pip_main.log 2>&1
+  echo "pip main rc=$? at ${SECONDS}s"
+}
+serving_bench() {  # the benchmark's serving rows with the package of main_package
+  FLASHGATE_GIT_REV=$(cat .devbin/rev 2>/dev/null) PYTHONPATH=.devbin/py/main timeout 300 \
+    python3 bench/run.py --out $OUT/bench --fla .peers --rows ctx > $OUT/bench.log 2>&1
+  echo "bench rc=$? at ${SECONDS}s"
+}
+gpu_pytest() {
+  PYTHONPATH=.devbin/py/main timeout 240 python3 -m pytest -q -ra tests/python > $OUT/pytest.log 2>&1
+  echo "pytest rc=$? at ${SECONDS}s: $(tail -1 $OUT/pytest.log)"
+}
+case "$1" in
+  1) # main 237c59f (.devbin/gpu_s18.tar.xz: flashgate, flashgate_gpu_tests) against branch exp-fp8-wv2 (.devbin/
+     # gpu_s18a.tar.xz: flashgate_wv2, gpu_tests_wv2): fp8 D128 with two warps per 16 keys, each on 64 value dims
+     # (32 accumulators, 96 registers), 5 CTAs per SM, 32-key stages. Serving suite on the branch; the fp8 rows
+     # alternating; the branch's rows at forced depths 2 / 3 / 4 stages
+     unpack gpu_s18; MAIN=$B; unpack gpu_s18a; NEW=$B
+     ln -sf flashgate_wv2 $NEW/flashgate; ln -sf gpu_tests_wv2 $NEW/flashgate_gpu_tests
+     serving_suite $NEW
+     ab_rows "main=$MAIN wv2=$NEW" > $OUT/ab.log 2>&1; cat $OUT/ab.log
+     for row in "${FP8_ROWS[@]:0:5}"; do for st in 2 3 4; do
+       echo "${row%%|*} wv2 stages=$st $(FLASHGATE_SERVING_STAGES=$st $NEW/flashgate run ${row#*|} --iters 300 | grep -E '^time')"
+     done; done > $OUT/stages.log 2>&1; cat $OUT/stages.log
+     (cd $OUT && tar -czf run1.tgz *.log && rm -f *.log) ;;
+  2) # branch next-max-q (.devbin/gpu_s18b.tar.xz): paged CTAs map row block n to sequence n with no search when the
+     # caller bounds every sequence's query length by one block of tokens (FLASHGATE_EXP_MAX_Q, the bound, stands in
+     # for the API argument). Checked runs (CPU reference) with the bound; then bound off / on alternating, 2 rounds
+     unpack gpu_s18b; NEW=$B
+     P="--op paged --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --backend cuda"
+     for c in "1|--batch 16 --seqlen 1000" "4|--batch 7 --seqlen 777 --q-len 4" "4|--batch 5 --seqlen 300 --q-len 3 --fp8 per-token" \
+              "1|--batch 9 --seqlen 2000 --fp8 per-tensor --window 100"; do
+       echo "check max_q=${c%%|*} ${c#*|}: $(FLASHGATE_EXP_MAX_Q=${c%%|*} $NEW/flashgate run $P ${c#*|} --iters 3 | grep -E 'rel|time' | tr '\n' ' ')"
+     done
+     ROWS2=("bf16_B128|1|$ROW128" "bf16_B1|1|${ROW64/--batch 64 --seqlen 4096/--batch 1 --seqlen 131072}"
+       "fp8t_B128|1|$ROW128 --fp8 per-tensor" "bf16_V32K|4|${ROW64/--batch 64 --seqlen 4096/--batch 3 --seqlen 32768 --q-len 4}")
+     for r in 1 2; do for row in "${ROWS2[@]}"; do
+       IFS='|' read -r name mq args <<< "$row"
+       echo "$r $name off $($NEW/flashgate run $args --iters 300 | grep -E '^time')"
+       echo "$r $name on  $(FLASHGATE_EXP_MAX_Q=$mq $NEW/flashgate run $args --iters 300 | grep -E '^time')"
+     done; done ;;
+  3) # branch next-token-blocks (.devbin/gpu_s18c.tar.xz): packed queries numbered so that decode batches take one
+     # row block per sequence with no gaps (first_token_block, paged_params.h), against main (gpu_s18). Serving suite
+     # and memcheck over the paged tests on the branch; then the rows alternating, 2 rounds
+     unpack gpu_s18; MAIN=$B; unpack gpu_s18c; NEW=$B
+     serving_suite $NEW; memcheck $NEW 'PagedCuda.*'
+     ROWS3=("bf16_B128|$ROW128" "bf16_B1|${ROW64/--batch 64 --seqlen 4096/--batch 1 --seqlen 131072}"
+       "fp8t_B128|$ROW128 --fp8 per-tensor" "bf16_V32K|${ROW64/--batch 64 --seqlen 4096/--batch 3 --seqlen 32768 --q-len 4}")
+     for r in 1 2; do for row in "${ROWS3[@]}"; do for b in main=$MAIN new=$NEW; do
+       echo "$r ${row%%|*} ${b%%=*} $(${b#*=}/flashgate run ${row#*|} --iters 300 | grep -E '^time')"
+     done; done; done
+     (cd $OUT && tar -czf run3.tgz *.log && rm -f *.log) ;;
+  *) echo "usage: run_s18.sh 1-3" >&2; exit 2 ;;
+esac
+echo "run $1 rc=$? took $SECONDS s"
