@@ -162,9 +162,11 @@ def serving_inputs(row, fp8):
 def flashgate_paged(row, t, fp8):
     import flashgate
 
+    # max_seqlen_q as a serving engine passes it (vLLM's unified attention takes it too).
     def fwd():
         return flashgate.paged_attention(t["q"], t["k_cache"], t["v_cache"], t["block_table"], t["seq_lens_k"],
-                                         t["cu_seqlens_q"], k_scale=t.get("k_scale"), v_scale=t.get("v_scale"))
+                                         t["cu_seqlens_q"], k_scale=t.get("k_scale"), v_scale=t.get("v_scale"),
+                                         max_seqlen_q=row.q_len)
     return fwd
 
 

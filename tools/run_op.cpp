@@ -148,6 +148,7 @@ RunResult execute(const RunOptions& o, bool quiet) {
     cfg.context_lens = context_lengths(o, gpu);
     cfg.query_lens.assign(cfg.context_lens.size(), 0);
     for (size_t n = 0; n < cfg.context_lens.size(); ++n) cfg.query_lens[n] = std::min(o.q_len, cfg.context_lens[n]);
+    cfg.max_seqlen_q = o.q_len;  // as a serving engine passes it
     cfg.heads = pick(o.heads, 32, 8, gpu);
     cfg.kv_heads = pick(o.kv_heads, std::min<int64_t>(cfg.heads, 8), std::min<int64_t>(cfg.heads, 2), gpu);
     cfg.head_dim = pick(o.head_dim, 128, 64, gpu);

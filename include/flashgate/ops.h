@@ -78,7 +78,10 @@ struct DecodeArgs {
 // SPEC §6. q [total_q,HQ,K] packed by cu_seqlens_q [N+1]; k_cache [num_blocks,block_size,H,K],
 // v_cache [num_blocks,block_size,H,V]; block_table [N,max_blocks] int32; seq_lens_k [N] int32;
 // o [total_q,HQ,V]. fp8 e4m3 caches take fp32 scales: per tensor (one element) or per token
-// [num_blocks,H,block_size]; an absent scale of an fp8 cache means 1.
+// [num_blocks,H,block_size]; an absent scale of an fp8 cache means 1. max_seqlen_q (optional, as vLLM and
+// FlashAttention's varlen calls take it): a bound on every sequence's query tokens, so that the CUDA kernel maps
+// its CTAs to sequences without searching cu_seqlens_q (decode and speculative-verify batches). With validation
+// a longer sequence is an error; without it, such a sequence gets outputs only for its first max_seqlen_q tokens.
 struct PagedArgs {
   Tensor q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q;
   Tensor o;
@@ -86,6 +89,7 @@ struct PagedArgs {
   Tensor k_scale, v_scale;
   std::optional<float> scale;
   std::optional<int64_t> window;
+  std::optional<int64_t> max_seqlen_q;
   bool validate = true;
 };
 

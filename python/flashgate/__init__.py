@@ -62,18 +62,21 @@ def attn_decoding_one_step(q, k, v, g=None, scale=None, cu_seqlens=None, do_gate
 
 
 def paged_attention(q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, *, scale=None, window_size=None,
-                    sink_bias=None, k_scale=None, v_scale=None, out=None, backend="auto"):
+                    sink_bias=None, k_scale=None, v_scale=None, max_seqlen_q=None, out=None, backend="auto"):
     """Packed queries of any length (prefill chunks, decode, speculative verify) over a vLLM-style paged cache.
 
     q [total_q,HQ,K] packed by cu_seqlens_q [N+1]; k_cache [num_blocks,block_size,H,K],
     v_cache [num_blocks,block_size,H,V]; block_table [N,max_blocks] int32; seq_lens_k [N] int32 (context
     length including this step's tokens; query t of a sequence with Lq queries sits at seq_lens_k - Lq + t).
     float8_e4m3fn caches take float32 k_scale / v_scale: per tensor (a number or one-element tensor) or per
-    token [num_blocks,H,block_size]. Writes into ``out`` [total_q,HQ,V] when given. Returns o.
+    token [num_blocks,H,block_size]. ``max_seqlen_q`` (optional, as vLLM and FlashAttention's varlen calls take
+    it): a bound on every sequence's query tokens, which lets decode and verify batches skip a search on the GPU;
+    it is checked when validation reads the indices, and without that a longer sequence gets outputs only for its
+    first max_seqlen_q tokens. Writes into ``out`` [total_q,HQ,V] when given. Returns o.
     """
     return _backend_of(q).paged_attention(q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, scale=scale,
                                           window_size=window_size, sink_bias=sink_bias, k_scale=k_scale,
-                                          v_scale=v_scale, out=out, backend=backend)
+                                          v_scale=v_scale, max_seqlen_q=max_seqlen_q, out=out, backend=backend)
 
 
 __all__ = ["parallel_attn", "attn_decoding_one_step", "paged_attention", "cuda_available", "built_with_cuda",

@@ -140,17 +140,17 @@ def attn_decoding_one_step(q, k, v, g=None, scale=None, cu_seqlens=None, do_gate
 
 
 def paged_attention(q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, *, scale=None, window_size=None,
-                    sink_bias=None, k_scale=None, v_scale=None, out=None, backend="auto"):
+                    sink_bias=None, k_scale=None, v_scale=None, max_seqlen_q=None, out=None, backend="auto"):
     """Packed queries over a paged KV cache (SPEC 6), vLLM layout: q [total_q,HQ,K],
     k_cache [num_blocks,block_size,H,K], v_cache [num_blocks,block_size,H,V], block_table [N,max_blocks]
     int32, seq_lens_k [N] int32, cu_seqlens_q [N+1]. float8_e4m3fn caches take float32 scales, per tensor
-    (a number or a one-element array) or per token [num_blocks,H,block_size]. Writes into ``out`` when given.
-    Returns o [total_q,HQ,V]."""
+    (a number or a one-element array) or per token [num_blocks,H,block_size]. ``max_seqlen_q``: optional bound
+    on every sequence's query tokens (checked here). Writes into ``out`` when given. Returns o [total_q,HQ,V]."""
     _require_numpy(q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens_k=seq_lens_k,
                    cu_seqlens_q=cu_seqlens_q, out=out)
     o = out if out is not None else _empty(tuple(q.shape[:-1]) + (v_cache.shape[-1],), q.dtype)
     _C.paged_attention(_dl(q), _dl(k_cache), _dl(v_cache), block_table, seq_lens_k, cu_seqlens_q, _dl(o),
                        sink=_as_companion(sink_bias, q), k_scale=_dl(_scale_tensor(k_scale, q)),
-                       v_scale=_dl(_scale_tensor(v_scale, q)), scale=scale, window=window_size, backend=backend,
-                       workspace=_workspace)
+                       v_scale=_dl(_scale_tensor(v_scale, q)), scale=scale, window=window_size,
+                       max_seqlen_q=max_seqlen_q, backend=backend, workspace=_workspace)
     return o

@@ -192,28 +192,29 @@ def attn_decoding_one_step(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] 
 # ---- paged attention ---------------------------------------------------------------------------------
 
 def _paged_call(out, q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, sink, k_scale, v_scale, scale,
-                window, backend):
+                window, max_seqlen_q, backend):
     stream, validate, allocate, device = _launch(q)
     with device:
         _C.paged_attention(_dl(q), _dl(k_cache), _dl(v_cache), _dl(block_table), _dl(seq_lens_k),
                            _dl(cu_seqlens_q), _dl(out), sink=_dl(sink), k_scale=_dl(k_scale),
-                           v_scale=_dl(v_scale), scale=scale, window=window, validate=validate, backend=backend,
-                           stream=stream, workspace=allocate)
+                           v_scale=_dl(v_scale), scale=scale, window=window, max_seqlen_q=max_seqlen_q,
+                           validate=validate, backend=backend, stream=stream, workspace=allocate)
 
 
 @torch.library.custom_op("flashgate::paged_attention", mutates_args=())
 def _paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq_lens_k: Tensor,
                      cu_seqlens_q: Tensor, sink: Optional[Tensor], k_scale: Optional[Tensor],
                      v_scale: Optional[Tensor], scale: Optional[float], window: Optional[int],
-                     backend: str) -> Tensor:
+                     max_seqlen_q: Optional[int], backend: str) -> Tensor:
     o = _empty(tuple(q.shape[:-1]) + (v_cache.shape[-1],), q.dtype, q.device)
     _paged_call(o, q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, sink, k_scale, v_scale, scale,
-                window, backend)
+                window, max_seqlen_q, backend)
     return o
 
 
 @_paged_attention.register_fake
-def _(q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, sink, k_scale, v_scale, scale, window, backend):
+def _(q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, sink, k_scale, v_scale, scale, window,
+      max_seqlen_q, backend):
     return q.new_empty(tuple(q.shape[:-1]) + (v_cache.shape[-1],))
 
 
@@ -221,14 +222,14 @@ def _(q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, sink, k_scale,
 def _paged_attention_out(out: Tensor, q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor,
                          seq_lens_k: Tensor, cu_seqlens_q: Tensor, sink: Optional[Tensor],
                          k_scale: Optional[Tensor], v_scale: Optional[Tensor], scale: Optional[float],
-                         window: Optional[int], backend: str) -> None:
+                         window: Optional[int], max_seqlen_q: Optional[int], backend: str) -> None:
     _paged_call(out, q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, sink, k_scale, v_scale, scale,
-                window, backend)
+                window, max_seqlen_q, backend)
 
 
 @_paged_attention_out.register_fake
 def _(out, q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, sink, k_scale, v_scale, scale, window,
-      backend):
+      max_seqlen_q, backend):
     return None
 
 
@@ -241,12 +242,12 @@ def _kv_scale(s, q: Tensor) -> Optional[Tensor]:
 
 def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq_lens_k: Tensor,
                     cu_seqlens_q: Tensor, *, scale: Optional[float] = None, window_size: Optional[int] = None,
-                    sink_bias: Optional[Tensor] = None, k_scale=None, v_scale=None, out: Optional[Tensor] = None,
-                    backend: str = "auto") -> Tensor:
+                    sink_bias: Optional[Tensor] = None, k_scale=None, v_scale=None,
+                    max_seqlen_q: Optional[int] = None, out: Optional[Tensor] = None, backend: str = "auto") -> Tensor:
     if sink_bias is not None and sink_bias.dtype != _companion_dtype(q.dtype):
         sink_bias = sink_bias.to(_companion_dtype(q.dtype))
     args = (q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, sink_bias, _kv_scale(k_scale, q),
-            _kv_scale(v_scale, q), scale, window_size, backend)
+            _kv_scale(v_scale, q), scale, window_size, max_seqlen_q, backend)
     if out is None:
         return _paged_attention(*args)
     _paged_attention_out(out, *args)

@@ -145,7 +145,7 @@ struct PagedTensors {
 };
 
 PagedArgs paged_args(TensorScope& s, const PagedTensors& t, const OptScale& scale, const OptWindow& window,
-                     bool validate) {
+                     const std::optional<int64_t>& max_seqlen_q, bool validate) {
   PagedArgs a;
   a.q = s.input(t.q, "q");
   a.k_cache = s.input(t.k_cache, "k_cache");
@@ -159,6 +159,7 @@ PagedArgs paged_args(TensorScope& s, const PagedTensors& t, const OptScale& scal
   a.v_scale = s.input(t.v_scale, "v_scale");
   a.scale = to_scale(scale);
   a.window = window;
+  a.max_seqlen_q = max_seqlen_q;
   a.validate = validate;
   return a;
 }
@@ -261,34 +262,34 @@ void bind_ops(nb::module_& m) {
       "paged_attention",
       [](nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle block_table, nb::handle seq_lens_k,
          nb::handle cu_seqlens_q, nb::handle o, nb::handle sink, nb::handle k_scale, nb::handle v_scale,
-         OptScale scale, OptWindow window, bool validate, const std::string& backend, uintptr_t stream,
-         nb::handle workspace) {
+         OptScale scale, OptWindow window, std::optional<int64_t> max_seqlen_q, bool validate,
+         const std::string& backend, uintptr_t stream, nb::handle workspace) {
         TensorScope s("paged_attention");
         const PagedArgs a = paged_args(
             s, {q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, o, sink, k_scale, v_scale}, scale,
-            window, validate);
+            window, max_seqlen_q, validate);
         run(s, a, {backend, stream, workspace}, &paged_attention);
       },
       "q"_a.none(), "k_cache"_a.none(), "v_cache"_a.none(), "block_table"_a.none(), "seq_lens_k"_a.none(),
       "cu_seqlens_q"_a.none(), "o"_a.none(), nb::kw_only(),
       "sink"_a = none, "k_scale"_a = none, "v_scale"_a = none, "scale"_a = none, "window"_a = none,
-      "validate"_a = true, "backend"_a = "auto", "stream"_a = 0, "workspace"_a = none,
+      "max_seqlen_q"_a = none, "validate"_a = true, "backend"_a = "auto", "stream"_a = 0, "workspace"_a = none,
       "SPEC 6: packed queries over a paged KV cache (fp8 caches as (tensor, 'float8_e4m3fn')). " FLASHGATE_CALL_DOC);
   m.def(
       "paged_attention_workspace_size",
       [](nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle block_table, nb::handle seq_lens_k,
          nb::handle cu_seqlens_q, nb::handle o, nb::handle sink, nb::handle k_scale, nb::handle v_scale,
-         OptScale scale, OptWindow window, const std::string& backend) {
+         OptScale scale, OptWindow window, std::optional<int64_t> max_seqlen_q, const std::string& backend) {
         TensorScope s("paged_attention");
         return size_of(paged_args(s, {q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, o, sink, k_scale,
                                       v_scale},
-                                  scale, window, false),
+                                  scale, window, max_seqlen_q, false),
                        backend);
       },
       "q"_a.none(), "k_cache"_a.none(), "v_cache"_a.none(), "block_table"_a.none(), "seq_lens_k"_a.none(),
       "cu_seqlens_q"_a.none(), "o"_a.none(), nb::kw_only(),
       "sink"_a = none, "k_scale"_a = none, "v_scale"_a = none, "scale"_a = none, "window"_a = none,
-      "backend"_a = "auto",
+      "max_seqlen_q"_a = none, "backend"_a = "auto",
       "Scratch bytes paged_attention needs for these arguments.");
 }
 

@@ -436,6 +436,10 @@ PagedProblem check_paged(const PagedArgs& a) {
   p.v_scale = check_kv_scale(c, a.v_scale, "v_scale", p);
   p.scale = c.scale(a.scale, p.K);
   p.window = c.window(a.window);
+  if (a.max_seqlen_q) {
+    c.require(*a.max_seqlen_q >= 1, "max_seqlen_q", "must be >= 1 (or absent), got " + std::to_string(*a.max_seqlen_q));
+    p.max_q = *a.max_seqlen_q;
+  }
 
   // Index values: query offsets, context lengths against the table, table entries that will be read.
   c.offsets(a.cu_seqlens_q, "cu_seqlens_q", p.total_q, a.validate);
@@ -454,6 +458,9 @@ PagedProblem check_paged(const PagedArgs& a) {
       c.require(lq <= len, "cu_seqlens_q",
                 "gives more query tokens (" + std::to_string(lq) + ") than seq_lens_k (" + std::to_string(len) +
                     ")" + at);
+      c.require(p.max_q == 0 || lq <= p.max_q, "max_seqlen_q",
+                "is smaller than the query tokens (" + std::to_string(lq) + ")" + at + ", got " +
+                    std::to_string(p.max_q));
       for (int64_t b = 0; b * p.block_size < len; ++b) {
         const int64_t entry = table[n * p.max_blocks + b];
         c.require(entry >= 0 && entry < p.num_blocks, "block_table",

@@ -40,6 +40,7 @@ struct PagedProblem {
   int64_t num_blocks = 0, block_size = 0, max_blocks = 0;
   float scale = 0;
   int64_t window = kNoWindow;
+  int64_t max_q = 0;  // the caller's max_seqlen_q (0: not given)
   bool has_sink = false;
   bool fp8 = false;
   ScaleMode k_scale = ScaleMode::none, v_scale = ScaleMode::none;

@@ -273,6 +273,7 @@ std::string PagedConfig::describe() const {
   if (window) s << " window" << *window;
   if (token_spread != 1.0) s << " spread" << token_spread;
   if (q_row_pad) s << " q-strided";
+  if (max_seqlen_q) s << " max_seqlen_q" << *max_seqlen_q;
   return s.str();
 }
 
@@ -432,6 +433,7 @@ PagedArgs PagedCase::args() const {
   a.k_scale = k_scale.view(), a.v_scale = v_scale.view();
   a.scale = cfg.scale;
   a.window = cfg.window;
+  a.max_seqlen_q = cfg.max_seqlen_q;
   return a;
 }
 

@@ -96,6 +96,7 @@ struct PagedConfig {
   bool nan_unused = true;       // NaN in every cache and scale slot no sequence uses
   double token_spread = 1.0;    // per-token magnitudes drawn log-uniformly in [1/spread, 1]
   int64_t q_row_pad = 0;        // >0: q gets padded rows; an odd pad breaks 4-byte query pairs
+  std::optional<int64_t> max_seqlen_q;  // passed to the op as given (a bound on query_lens)
 
   std::string describe() const;
   int64_t total_q() const;

@@ -166,6 +166,8 @@ std::vector<Rule<PagedArgs>> paged_rules() {
       prule("sink_half", "sink", [](PS& s) { s.retype("sink", DType::f16); }, kType),
       // scalars
       prule("window_negative", "window", [](PS& s) { s.args.window = -1; }),
+      prule("max_seqlen_q_zero", "max_seqlen_q", [](PS& s) { s.args.max_seqlen_q = 0; }),
+      prule("max_seqlen_q_below_a_sequence", "max_seqlen_q", [](PS& s) { s.args.max_seqlen_q = 2; }),  // Lq 3
       prule("scale_nan", "scale", [](PS& s) { s.args.scale = kNaN; }),
       prule("scale_minus_inf", "scale", [](PS& s) { s.args.scale = -kInf; }),
       // index values: cu_seqlens_q [0,1,4,4], seq_lens_k [5,20,0], 1 + 2 + 0 used blocks of 6
@@ -240,6 +242,11 @@ TEST(ServingRuleBases, AreAccepted) {
   expect_accepted(paged_base(seed));
   expect_accepted(paged_fp8_per_token_base(seed));
   expect_accepted(paged_f64_base(seed));
+  for (int64_t bound : {3, 1000}) {  // the base's longest query (cu_seqlens_q [0,1,4,4]) and a loose bound
+    Subject<PagedArgs> bounded = paged_base(seed);
+    bounded.args.max_seqlen_q = bound;
+    expect_accepted(bounded);
+  }
 }
 
 }  // namespace

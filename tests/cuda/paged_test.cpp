@@ -379,6 +379,74 @@ TEST(PagedCuda, ManySequences) {
   check_paged(c);
 }
 
+// ---- the caller's max_seqlen_q ------------------------------------------------------------------------
+
+// With max_seqlen_q the kernel maps row blocks to sequences by a division where that takes no more CTAs than
+// the search's numbering (decode, verify, even chunks), and searches otherwise; either way the reference.
+TEST(PagedCuda, MaxSeqlenQ) {
+  FLASHGATE_REQUIRE_GPU();
+  struct Case {
+    std::vector<int64_t> ctx, lq;
+    int64_t heads, kv_heads, bound;
+  };
+  const Case cases[] = {
+      {{37, 300, 1, 2, 90}, {1, 1, 1, 1, 1}, 8, 2, 1},                   // decode: one block per sequence
+      {{37, 300, 1, 0, 90}, {1, 1, 1, 0, 1}, 8, 2, 1},                   // an empty sequence: more blocks, search
+      {{300, 0, 129, 64}, {4, 0, 3, 4}, 8, 2, 4},                        // verify (G = 4: 4 tokens a block), empty
+      {{300, 129, 4, 64}, {4, 2, 3, 4}, 8, 2, 9},                        // a loose bound: 3 blocks each, search
+      {{500, 200, 90, 70}, {8, 7, 8, 5}, 8, 2, 8},                       // chunks of up to 8 tokens: 2 blocks each
+      {{200, 5, 80}, {3, 3, 3}, 32, 1, 3},                               // G = 32: one token a block, 2 head blocks
+      {{1000, 0, 37, 700, 64, 129}, {300, 0, 1, 4, 64, 100}, 8, 2, 300},  // prefill + decode: search
+  };
+  for (const Case& k : cases) {
+    PagedConfig c = base();
+    c.context_lens = k.ctx, c.query_lens = k.lq, c.heads = k.heads, c.kv_heads = k.kv_heads;
+    c.max_seqlen_q = k.bound;
+    check_paged(c);
+  }
+  PagedConfig c = base();  // a long 3 x 4 verify: split-KV
+  c.heads = 32, c.kv_heads = 8;
+  c.context_lens = {8192, 8000, 7001}, c.query_lens = {4, 4, 4};
+  c.max_seqlen_q = 4;
+  check_paged(c);
+  c = fp8(base(), ScaleMode::per_token);
+  c.window = 100, c.sink = true, c.max_seqlen_q = 4;
+  check_paged(c);
+}
+
+// A bound below a sequence's query count with validation off (nothing checks it): that sequence gets outputs
+// for its first tokens only, the others the reference, and nothing is read or written out of range.
+TEST(PagedCuda, MaxSeqlenQBelowALengthStaysInBounds) {
+  FLASHGATE_REQUIRE_GPU();
+  PagedConfig c = base();
+  c.heads = 16, c.kv_heads = 1;  // G = 16: one token a block
+  c.context_lens = {50, 40, 30}, c.query_lens = {1, 3, 1};
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE(seed_note(seed, c) + " max_seqlen_q 1");
+  const Reference r = reference(c, seed);
+  PagedCase dev = r.host.to(Device::cuda);
+  dev.poison_outputs();
+  flashgate::PagedArgs args = dev.args();
+  args.validate = false;
+  args.max_seqlen_q = 1;
+  flashgate::paged_attention(args, on(Backend::cuda));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+  const std::vector<double> out = dev.o.to(Device::cpu).values(), ref = r.o.values();
+  const size_t row = static_cast<size_t>(c.heads * c.v_dim);  // one query token's outputs
+  for (size_t t = 0; t < 5; ++t) {
+    const bool computed = t != 2 && t != 3;  // tokens 1 and 2 of sequence 1 lie past the bound
+    double err = 0, norm = 0;
+    for (size_t i = t * row; i < (t + 1) * row; ++i) {
+      if (!computed) {
+        EXPECT_TRUE(std::isnan(out[i])) << "token " << t << " was written";
+        break;
+      }
+      err += (out[i] - ref[i]) * (out[i] - ref[i]), norm += ref[i] * ref[i];
+    }
+    if (computed) EXPECT_LE(std::sqrt(err / norm), kTolerance) << "token " << t;
+  }
+}
+
 // ---- split-KV ----------------------------------------------------------------------------------------
 
 // Each split count gives the unsplit result within tolerance (and the reference), slices empty included.

@@ -462,6 +462,17 @@ def test_paged_errors(rng):
         flashgate.paged_attention(**{**c, "block_table": c["block_table"].astype(np.int64)})
     with pytest.raises(ValueError, match=r"k_cache: block_size \(axis 1\) must be a multiple of 16"):
         flashgate.paged_attention(**{**c, "k_cache": c["k_cache"][:, :8], "v_cache": c["v_cache"][:, :8]})
+    with pytest.raises(ValueError, match=r"max_seqlen_q: must be >= 1"):
+        flashgate.paged_attention(**c, max_seqlen_q=0)
+    with pytest.raises(ValueError, match=r"max_seqlen_q: is smaller than the query tokens \(2\) for sequence 1"):
+        flashgate.paged_attention(**c, max_seqlen_q=1)
+
+
+def test_paged_max_seqlen_q_changes_nothing_on_the_cpu(rng):
+    c = paged_case(rng, np.float32, np.float32, 16, [1, 4, 9], [50, 35, 17])
+    want = flashgate.paged_attention(**c)
+    for bound in (9, 100):
+        np.testing.assert_array_equal(flashgate.paged_attention(**c, max_seqlen_q=bound), want)
 
 
 def test_numpy_wrappers_refuse_other_types(rng):

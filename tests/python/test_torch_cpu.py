@@ -183,7 +183,7 @@ def test_paged_bf16_with_sink_window_and_out(gen):
     c["k_cache"], c["v_cache"] = c["k_cache"].bfloat16(), c["v_cache"].bfloat16()
     sink = randn(gen, (8,))
     out = torch.full((12, 8, 16), float("nan"), dtype=torch.bfloat16)
-    o = flashgate.paged_attention(**c, sink_bias=sink, window_size=7, out=out)
+    o = flashgate.paged_attention(**c, sink_bias=sink, window_size=7, max_seqlen_q=8, out=out)
     assert o is out
     want = ref.paged(**c, sink=sink, window=7)
     ref.assert_close("o", out, want, 5e-3, gen.seed)

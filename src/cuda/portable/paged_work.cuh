@@ -71,8 +71,9 @@ __device__ __forceinline__ int64_t warp_search_last_at_most(int64_t lo, int64_t 
 }
 
 // Row block number `vb` (blockIdx.x); packed queries number their token blocks by first_token_block
-// (paged_params.h). Returns false for a number with no rows behind it (the CTA exits). Every thread of the CTA
-// calls it (warp-wide search).
+// (paged_params.h), or, with p.blocks_per_sequence, sequence n takes blocks [n * bps, (n + 1) * bps) (a sequence
+// longer than the caller's bound computes its first bps blocks only). Returns false for a number with no rows
+// behind it (the CTA exits). Every thread of the CTA calls it (warp-wide search).
 __device__ __forceinline__ bool resolve_row_block(const ServingParams& p, int64_t vb, RowBlock& rb) {
   rb.head_block = static_cast<int>(vb % p.head_blocks);
   const int64_t vt = vb / p.head_blocks;
@@ -83,6 +84,14 @@ __device__ __forceinline__ bool resolve_row_block(const ServingParams& p, int64_
     rb.seq.q_start = vt;
     rb.seq.q_len = 1;
     rb.tok0 = 0;
+  } else if (p.blocks_per_sequence > 0) {
+    const int64_t n = vt / p.blocks_per_sequence;
+    if (n >= p.num_seqs) return false;
+    rb.seq.n = n;
+    rb.seq.q_start = query_offset(p, n);
+    rb.seq.q_len = clamp64(query_offset(p, n + 1) - rb.seq.q_start, 0, p.total_q);
+    rb.tok0 = (vt - n * p.blocks_per_sequence) * p.tokens_per_block;
+    if (rb.tok0 >= rb.seq.q_len) return false;
   } else {
     const int64_t tq = p.tokens_per_block;
     auto first_block = [&](int64_t n) { return first_token_block(n, query_offset(p, n), tq); };

@@ -93,13 +93,23 @@ CacheScale scale_mode(detail::ScaleMode m) {
 float scale_log2(float scale) { return static_cast<float>(static_cast<double>(scale) * 1.4426950408889634); }
 
 // Row blocks of 16 rows (see ServingParams): the grid's x extent is an upper bound from shapes alone.
-void set_row_blocks(ServingParams& p, bool one_query_per_sequence) {
+// `max_q` (paged, 0 where not given): the caller's bound on query tokens per sequence; where a fixed number of
+// blocks per sequence takes no more numbers than first_token_block's bound, CTAs find their sequence by a division.
+void set_row_blocks(ServingParams& p, bool one_query_per_sequence, int64_t max_q = 0) {
   p.rows_per_token = std::min(p.G, 16);
   p.head_blocks = static_cast<int>(ceil_div(p.G, 16));
   p.tokens_per_block = one_query_per_sequence ? 1 : 16 / p.rows_per_token;
-  const int64_t token_blocks = one_query_per_sequence
-                                   ? p.num_seqs
-                                   : std::max<int64_t>(cuda::token_block_bound(p.num_seqs, p.total_q, p.tokens_per_block), 1);
+  int64_t token_blocks = one_query_per_sequence
+                             ? p.num_seqs
+                             : std::max<int64_t>(cuda::token_block_bound(p.num_seqs, p.total_q, p.tokens_per_block), 1);
+  p.blocks_per_sequence = 0;
+  if (!one_query_per_sequence && max_q > 0) {
+    const int64_t per_sequence = ceil_div(std::min(max_q, p.total_q), p.tokens_per_block);
+    if (per_sequence > 0 && p.num_seqs * per_sequence <= token_blocks) {
+      p.blocks_per_sequence = per_sequence;
+      token_blocks = p.num_seqs * per_sequence;
+    }
+  }
   p.row_blocks = token_blocks * p.head_blocks;
 }
 
@@ -263,7 +273,7 @@ ServingParams paged_params(const PagedArgs& a, const detail::PagedProblem& pr) {
     if (pr.k_scale == detail::ScaleMode::per_token) p.k_scale_strides[i] = a.k_scale.stride[i];
     if (pr.v_scale == detail::ScaleMode::per_token) p.v_scale_strides[i] = a.v_scale.stride[i];
   }
-  set_row_blocks(p, /*one_query_per_sequence=*/false);
+  set_row_blocks(p, /*one_query_per_sequence=*/false, pr.max_q);
   return p;
 }
 
