@@ -91,6 +91,50 @@ case "$1" in
        echo "$r ${row%%|*} ${b%%=*} $(${b#*=}/flashgate run ${row#*|} --iters 300 | grep -E '^time')"
      done; done; done
      (cd $OUT && tar -czf run3.tgz *.log && rm -f *.log) ;;
-  *) echo "usage: run_s18.sh 1-3" >&2; exit 2 ;;
+  4) # branch next-token-blocks with a temporary switch back to the former numbering (FLASHGATE_EXP_OLD_BLOCKS=1):
+     # this tree's Python package; the benchmark's serving rows (graph replays, do_bench flush and back to back) with
+     # the new numbering, the former one, the new one again
+     main_package
+     for v in new old new2; do
+       [ $v = old ] && export FLASHGATE_EXP_OLD_BLOCKS=1 || unset FLASHGATE_EXP_OLD_BLOCKS
+       FLASHGATE_GIT_REV=$(cat .devbin/rev 2>/dev/null) PYTHONPATH=.devbin/py/main timeout 200 \
+         python3 bench/run.py --out $OUT/bench_$v --fla .peers --rows ctx --only serving > $OUT/bench_$v.log 2>&1
+       echo "bench $v rc=$? at ${SECONDS}s"
+     done
+     unset FLASHGATE_EXP_OLD_BLOCKS
+     (cd $OUT && tar -czf run4.tgz bench_* && rm -rf bench_*) ;;
+  5) # branch exp-s18 (.devbin/gpu_s18d.tar.xz; run-time switches for two experiments): FLASHGATE_EXP_MAX_Q=4 stands
+     # for a caller's max_seqlen_q (every paged row of the benchmark has at most 4 queries per sequence: row block n is
+     # sequence n, no search); FLASHGATE_EXP_P_SINGLE=1 drops the per-token P * scale lo mma (one f16 rounding, as per
+     # tensor). The fp8 tests (bias metric included) with P_SINGLE; this tree's package; the serving rows as the
+     # benchmark times them: base, MAX_Q, P_SINGLE, base again
+     unpack gpu_s18d; NEW=$B
+     FLASHGATE_EXP_P_SINGLE=1 timeout 200 $NEW/flashgate_gpu_tests --gtest_filter='PagedCuda.Fp8*' > $OUT/fp8_single.log 2>&1
+     echo "fp8 tests, P single rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/fp8_single.log | tr '\n' ' ')"
+     grep -E "EXP fp8 bias" $OUT/fp8_single.log | awk '{b=$4+0; if(b<0)b=-b; if(b>m[$5])m[$5]=b; n[$5]++} END{for(t in m) printf "  max |bias| %.3e over %d checks %s\n", m[t], n[t], t}' 
+     timeout 200 $NEW/flashgate_gpu_tests --gtest_filter='PagedCuda.Fp8*' > $OUT/fp8_pair.log 2>&1
+     echo "fp8 tests, hi + lo pair rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/fp8_pair.log | tr '\n' ' ')"
+     grep -E "EXP fp8 bias" $OUT/fp8_pair.log | awk '{b=$4+0; if(b<0)b=-b; if(b>m[$5])m[$5]=b; n[$5]++} END{for(t in m) printf "  max |bias| %.3e over %d checks %s\n", m[t], n[t], t}' 
+     main_package
+     for v in base maxq psingle base2; do
+       unset FLASHGATE_EXP_MAX_Q FLASHGATE_EXP_P_SINGLE
+       [ $v = maxq ] && export FLASHGATE_EXP_MAX_Q=4; [ $v = psingle ] && export FLASHGATE_EXP_P_SINGLE=1
+       FLASHGATE_GIT_REV=$(cat .devbin/rev 2>/dev/null) PYTHONPATH=.devbin/py/main timeout 200 \
+         python3 bench/run.py --out $OUT/bench_$v --fla .peers --rows ctx --only serving > $OUT/bench_$v.log 2>&1
+       echo "bench $v rc=$? at ${SECONDS}s"
+     done
+     unset FLASHGATE_EXP_MAX_Q FLASHGATE_EXP_P_SINGLE
+     (cd $OUT && tar -czf run5.tgz bench_* *.log && rm -rf bench_* *.log) ;;
+  6) # branch next-token-blocks 134644c (.devbin/gpu_s18e.tar.xz): gapless row-block numbering and the optional
+     # max_seqlen_q. Default run, serving suite, memcheck over the paged tests that take the new paths, racecheck over
+     # one; this tree's Python package, pytest on the GPU, the benchmark's serving rows (the benchmark of record)
+     unpack gpu_s18e; NEW=$B
+     main_job $NEW; serving_suite $NEW
+     memcheck $NEW 'PagedCuda.MaxSeqlen*:PagedCuda.Fp8*:PagedCuda.ManySequences:PagedCuda.BadIndices*:PagedCuda.MixedPrefillDecodeVerify'
+     racecheck $NEW 'PagedCuda.MaxSeqlenQBelowALengthStaysInBounds:PagedCuda.VerifyTailsInsidePages'
+     main_package; gpu_pytest; serving_bench
+     grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
+     (cd $OUT && tar -czf run6.tgz bench *.log && rm -rf bench *.log) ;;
+  *) echo "usage: run_s18.sh 1-6" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
