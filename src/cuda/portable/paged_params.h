@@ -90,7 +90,7 @@ struct ServingParams {
   int64_t row_blocks = 0;                // grid x: upper bound on row blocks (some CTAs find none and exit)
   // Paged, from the caller's max_seqlen_q: > 0 gives each sequence this many consecutive row blocks (row block
   // vt is sequence vt / blocks_per_sequence, no search); 0 numbers them by first_token_block.
-  int64_t blocks_per_sequence = 0;
+  int blocks_per_sequence = 0;
   // A CTA takes `heads_per_cta` kv heads in turn (grid y = ceil(H / heads_per_cta)): one start per several
   // heads' keys where a pass has more CTAs than the GPU holds at once.
   int heads_per_cta = 1;

@@ -84,23 +84,24 @@ __device__ __forceinline__ bool resolve_row_block(const ServingParams& p, int64_
     rb.seq.q_start = vt;
     rb.seq.q_len = 1;
     rb.tok0 = 0;
-  } else if (p.blocks_per_sequence > 0) {
-    const int64_t n = vt / p.blocks_per_sequence;
-    if (n >= p.num_seqs) return false;
+  } else {
+    // vt's sequence n and the number of its first block: by division (the caller's bound) or by search.
+    const int64_t tq = p.tokens_per_block;
+    auto first_block = [&](int64_t n) { return first_token_block(n, query_offset(p, n), tq); };
+    int64_t n, first;
+    if (p.blocks_per_sequence > 0) {
+      n = static_cast<int>(vt) / p.blocks_per_sequence;  // 32 bits: the host refuses 2^31 row blocks
+      if (n >= p.num_seqs) return false;
+      first = n * p.blocks_per_sequence;
+    } else {
+      if (first_block(0) > vt) return false;
+      n = warp_search_last_at_most(0, p.num_seqs - 1, vt, first_block);
+      first = first_block(n);
+    }
     rb.seq.n = n;
     rb.seq.q_start = query_offset(p, n);
     rb.seq.q_len = clamp64(query_offset(p, n + 1) - rb.seq.q_start, 0, p.total_q);
-    rb.tok0 = (vt - n * p.blocks_per_sequence) * p.tokens_per_block;
-    if (rb.tok0 >= rb.seq.q_len) return false;
-  } else {
-    const int64_t tq = p.tokens_per_block;
-    auto first_block = [&](int64_t n) { return first_token_block(n, query_offset(p, n), tq); };
-    if (first_block(0) > vt) return false;
-    const int64_t lo = warp_search_last_at_most(0, p.num_seqs - 1, vt, first_block);  // vt's sequence
-    rb.seq.n = lo;
-    rb.seq.q_start = query_offset(p, lo);
-    rb.seq.q_len = clamp64(query_offset(p, lo + 1) - rb.seq.q_start, 0, p.total_q);
-    rb.tok0 = (vt - first_block(lo)) * tq;
+    rb.tok0 = (vt - first) * tq;
     if (rb.tok0 >= rb.seq.q_len) return false;
   }
   rb.ntok = rb.seq.q_len - rb.tok0 < p.tokens_per_block ? rb.seq.q_len - rb.tok0 : p.tokens_per_block;

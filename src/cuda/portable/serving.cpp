@@ -106,7 +106,7 @@ void set_row_blocks(ServingParams& p, bool one_query_per_sequence, int64_t max_q
   if (!one_query_per_sequence && max_q > 0) {
     const int64_t per_sequence = ceil_div(std::min(max_q, p.total_q), p.tokens_per_block);
     if (per_sequence > 0 && p.num_seqs * per_sequence <= token_blocks) {
-      p.blocks_per_sequence = per_sequence;
+      p.blocks_per_sequence = static_cast<int>(per_sequence);  // <= the row block count (< 2^31, refusal())
       token_blocks = p.num_seqs * per_sequence;
     }
   }
