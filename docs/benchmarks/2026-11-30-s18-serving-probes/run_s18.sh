@@ -125,16 +125,17 @@ case "$1" in
      done
      unset FLASHGATE_EXP_MAX_Q FLASHGATE_EXP_P_SINGLE
      (cd $OUT && tar -czf run5.tgz bench_* *.log && rm -rf bench_* *.log) ;;
-  6) # branch next-token-blocks 134644c (.devbin/gpu_s18e.tar.xz): gapless row-block numbering and the optional
-     # max_seqlen_q. Default run, serving suite, memcheck over the paged tests that take the new paths, racecheck over
-     # one; this tree's Python package, pytest on the GPU, the benchmark's serving rows (the benchmark of record)
-     unpack gpu_s18e; NEW=$B
+  6|7) # branch next-token-blocks: gapless row-block numbering and the optional max_seqlen_q; run 6 at 134644c
+     # (.devbin/gpu_s18e.tar.xz; its fp8 per-token D128 spilled 80 B, see perf-notes), run 7 at 261c448 (gpu_s18f).
+     # Default run, serving suite, memcheck over the paged tests that take the new paths, racecheck over two; this
+     # tree's Python package, pytest on the GPU, the benchmark's serving rows (run 7: the benchmark of record)
+     [ "$1" = 6 ] && unpack gpu_s18e || unpack gpu_s18f; NEW=$B
      main_job $NEW; serving_suite $NEW
      memcheck $NEW 'PagedCuda.MaxSeqlen*:PagedCuda.Fp8*:PagedCuda.ManySequences:PagedCuda.BadIndices*:PagedCuda.MixedPrefillDecodeVerify'
      racecheck $NEW 'PagedCuda.MaxSeqlenQBelowALengthStaysInBounds:PagedCuda.VerifyTailsInsidePages'
      main_package; gpu_pytest; serving_bench
      grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
-     (cd $OUT && tar -czf run6.tgz bench *.log && rm -rf bench *.log) ;;
-  *) echo "usage: run_s18.sh 1-6" >&2; exit 2 ;;
+     (cd $OUT && tar -czf run$1.tgz bench *.log && rm -rf bench *.log) ;;
+  *) echo "usage: run_s18.sh 1-7" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
