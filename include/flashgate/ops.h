@@ -81,7 +81,8 @@ struct DecodeArgs {
 // [num_blocks,H,block_size]; an absent scale of an fp8 cache means 1. max_seqlen_q (optional, as vLLM and
 // FlashAttention's varlen calls take it): a bound on every sequence's query tokens, so that the CUDA kernel maps
 // its CTAs to sequences without searching cu_seqlens_q (decode and speculative-verify batches). With validation
-// a longer sequence is an error; without it, such a sequence gets outputs only for its first max_seqlen_q tokens.
+// a longer sequence is an error; without it, that sequence's outputs past the bound may be left unwritten
+// (nothing is read or written out of range).
 struct PagedArgs {
   Tensor q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q;
   Tensor o;

@@ -71,8 +71,8 @@ def paged_attention(q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, 
     float8_e4m3fn caches take float32 k_scale / v_scale: per tensor (a number or one-element tensor) or per
     token [num_blocks,H,block_size]. ``max_seqlen_q`` (optional, as vLLM and FlashAttention's varlen calls take
     it): a bound on every sequence's query tokens, which lets decode and verify batches skip a search on the GPU;
-    it is checked when validation reads the indices, and without that a longer sequence gets outputs only for its
-    first max_seqlen_q tokens. Writes into ``out`` [total_q,HQ,V] when given. Returns o.
+    it is checked when validation reads the indices (under CUDA-graph capture it is not: a longer sequence's
+    outputs past the bound may then be left unwritten). Writes into ``out`` [total_q,HQ,V] when given. Returns o.
     """
     return _backend_of(q).paged_attention(q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, scale=scale,
                                           window_size=window_size, sink_bias=sink_bias, k_scale=k_scale,
