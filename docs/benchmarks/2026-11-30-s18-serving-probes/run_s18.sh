@@ -95,6 +95,23 @@ case "$1" in
      main_package; gpu_pytest; serving_bench
      grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
      (cd $OUT && tar -czf run$1.tgz bench *.log && rm -rf bench *.log) ;;
-  *) echo "usage: run_s18.sh 1-7" >&2; exit 2 ;;
+  8) # branch next-table-early 00ed531 (.devbin/gpu_s18g.tar.xz; not merged) against main 67fe94f (.devbin/main_src.tar.gz, its
+     # tree): one pass without a window loads its first block-table group beside the context length. Serving suite
+     # and memcheck on the branch; both trees' packages; the serving rows: branch, main, branch
+     unpack gpu_s18g; NEW=$B
+     serving_suite $NEW
+     memcheck $NEW 'PagedCuda.MaxSeqlen*:PagedCuda.Fp8*:PagedCuda.ManySequences:PagedCuda.BadIndices*:PagedCuda.WindowsAndSinks'
+     main_package
+     tar -xzf .devbin/main_src.tar.gz -C .devbin && (cd .devbin/main_src && CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 \
+       python3 -m pip install -q --no-build-isolation --no-deps --target ../py/base -C build-dir=../../build-wheel/base \
+       -C cmake.define.FLASHGATE_CUDA_TARGETS=90a . > $OUT/pip_base.log 2>&1); echo "pip base rc=$? at ${SECONDS}s"
+     for v in new base new2; do
+       py=main rev=$(cat .devbin/rev 2>/dev/null); [ $v = base ] && py=base rev=67fe94f
+       FLASHGATE_GIT_REV=$rev PYTHONPATH=.devbin/py/$py timeout 200 \
+         python3 bench/run.py --out $OUT/bench_$v --fla .peers --rows ctx --only serving > $OUT/bench_$v.log 2>&1
+       echo "bench $v rc=$? at ${SECONDS}s"
+     done
+     (cd $OUT && tar -czf run8.tgz bench_* *.log && rm -rf bench_* *.log) ;;
+  *) echo "usage: run_s18.sh 1-8" >&2; exit 2 ;;
 esac
 echo "run $1 rc=$? took $SECONDS s"
