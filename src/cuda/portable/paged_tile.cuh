@@ -66,7 +66,7 @@ struct PagedTile {
   // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
   static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
   // Register budget: 4 CTAs per SM (128 registers) for fp8 D128 (2 stages on the H200, kShallowRing; on sm_90a
-  // it spills 8 B per tensor, 4 B per token, a reload or two per stage); 3 (<= 170 registers) where an H200's
+  // it spills 4 B per tensor and per token, a reload or two per stage); 3 (<= 170 registers) where an H200's
   // shared memory holds 3 (fp8 up to D256, D64); elsewhere it holds 2, and up to 255 registers avoid spills. The
   // planner picks the stages that keep this count.
   static constexpr int kMinBlocksPerSM = kFourCtas ? 4 : (Traits::kFp8 && VP <= 256) || VP <= 64 ? 3 : 2;
