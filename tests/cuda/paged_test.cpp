@@ -31,6 +31,7 @@ using flashgate::Launch;
 using fgtest::ForcedHeadsPerCta;
 using fgtest::ForcedServingPlan;
 using fgtest::ForcedSplits;
+using fgtest::ForcedWideRows;
 using fgtest::on;
 using fgtest::seed_note;
 using flashgate::detail::ScaleMode;
@@ -444,6 +445,64 @@ TEST(PagedCuda, MaxSeqlenQBelowALengthStaysInBounds) {
       err += (out[i] - ref[i]) * (out[i] - ref[i]), norm += ref[i] * ref[i];
     }
     if (computed) EXPECT_LE(std::sqrt(err / norm), kTolerance) << "token " << t;
+  }
+}
+
+// ---- the 8-row tile (keys as M) --------------------------------------------------------------------------
+
+// Where max_seqlen_q x min(G, 16) <= 8 (decode at GQA <= 8), fp8 D128 takes the 8-row tile that puts keys in
+// the mma's M (S^T = K Q^T, O^T = V^T P^T; the P^T fragments by movmatrix). Both fp8 families, every scale
+// mode, G 1..8 at their largest bounds, empty sequences, NaN in unused slots, pages 16 and 128, window and
+// sink, one pass and split: the reference, and the 16-row layout's result on the same inputs.
+TEST(PagedCuda, EightRowTileKeysAsM) {
+  FLASHGATE_REQUIRE_GPU();
+  struct Modes {
+    ScaleMode k, v;
+  };
+  const Modes modes[] = {{ScaleMode::per_tensor, ScaleMode::per_tensor},
+                         {ScaleMode::per_token, ScaleMode::per_token},
+                         {ScaleMode::none, ScaleMode::per_token},
+                         {ScaleMode::per_token, ScaleMode::per_tensor}};
+  int run = 0;
+  for (const Modes& m : modes)
+    for (int64_t G : {1, 2, 4, 8})
+      for (int64_t lq : {int64_t{1}, 8 / G}) {
+        if (lq == 1 && G == 8 && m.k == ScaleMode::per_tensor) continue;  // the same case as 8 / G
+        PagedConfig c = fp8(base(), m.k);
+        c.v_scale_mode = m.v;
+        c.kv_heads = 2, c.heads = 2 * G;
+        c.block_size = run % 2 ? 128 : 16;
+        c.context_lens = {1, 33, 0, 700, 2049, 64};
+        c.query_lens = {1, lq, 0, lq, 1, lq};
+        c.max_seqlen_q = lq;
+        if (run % 3 == 1) c.window = 100, c.sink = true;
+        ++run;
+        const uint64_t seed = flashgate::harness::fresh_seed();
+        SCOPED_TRACE(seed_note(seed, c));
+        const Reference r = reference(c, seed);
+        for (int splits : {1, 3}) {
+          SCOPED_TRACE("splits " + std::to_string(splits));
+          ForcedSplits forced(splits);
+          const OwnedTensor narrow = run_gpu(r.host);
+          expect_matches(narrow, r.o, c);
+          ForcedWideRows wide_rows;
+          fgtest::expect_close("o vs the 16-row layout", narrow, run_gpu(r.host), kTolerance);
+        }
+      }
+}
+
+// The per-token bias cases of the 16-row layout on the 8-row tile: decode at GQA 8, contexts of 4096 tokens,
+// magnitudes 20x and 1000x apart.
+TEST(PagedCuda, EightRowTilePerTokenBias) {
+  FLASHGATE_REQUIRE_GPU();
+  for (double spread : {20.0, 1000.0}) {
+    PagedConfig c = fp8(base(), ScaleMode::per_token);
+    c.heads = 8, c.kv_heads = 1, c.block_size = 16;
+    c.token_spread = spread;
+    c.context_lens = {4096, 3000, 4095};
+    c.query_lens = {1, 1, 1};
+    c.max_seqlen_q = 1;
+    check_paged(c);
   }
 }
 

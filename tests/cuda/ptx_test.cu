@@ -1,5 +1,5 @@
 // GPU tests of the PTX primitives layer (src/cuda/ptx): mma.sync m16n8k16 (fp16, bf16) against a host
-// matmul, ldmatrix (x4/x2, plain/transposed) against the fragment layout it documents, and cp.async
+// matmul, ldmatrix (x4/x2, plain/transposed) and movmatrix against the fragment layout they document, and cp.async
 // (16/8/4 bytes) with zero-fill. Inputs are fresh random draws; outputs start poisoned.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -152,6 +152,36 @@ TEST(Ptx, Ldmatrix) {
         EXPECT_EQ(o[10 + i], trans) << "x2.trans thread " << t << " matrix " << i;
       }
     }
+  }
+}
+
+// ---- movmatrix ---------------------------------------------------------------------------------------------
+
+// Each lane gives row lane/4, columns 2(lane%4), +1 of an 8x8 matrix of 16-bit words; the transpose comes back
+// in the same layout.
+__global__ void movmatrix_kernel(const uint32_t* in, uint32_t* out) {
+  out[threadIdx.x] = flashgate::ptx::movmatrix_trans(in[threadIdx.x]);
+}
+
+TEST(Ptx, MovmatrixTrans) {
+  FLASHGATE_REQUIRE_GPU();
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::vector<uint16_t> M(64);
+  for (auto& x : M) x = static_cast<uint16_t>(rng());
+  auto m = [&](int r, int c) { return static_cast<uint32_t>(M[r * 8 + c]); };
+  std::vector<uint32_t> in(32);
+  for (int t = 0; t < 32; ++t) in[t] = m(t / 4, 2 * (t % 4)) | (m(t / 4, 2 * (t % 4) + 1) << 16);
+  DeviceVector<uint32_t> dIn(in);
+  DeviceVector<uint32_t> dOut(std::vector<uint32_t>(32, 0xdeadbeefu));
+  movmatrix_kernel<<<1, 32>>>(dIn.ptr, dOut.ptr);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<uint32_t> out = dOut.get();
+  for (int t = 0; t < 32; ++t) {
+    const uint32_t want = m(2 * (t % 4), t / 4) | (m(2 * (t % 4) + 1, t / 4) << 16);
+    EXPECT_EQ(out[t], want) << "thread " << t;
   }
 }
 

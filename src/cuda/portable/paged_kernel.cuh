@@ -117,6 +117,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
 
   RowBlock rb;
   if (!resolve_row_block(p, row_block, rb)) return;  // the same for every thread of the CTA
+  // An 8-row tile takes the block's first 8 rows (the host sends it blocks of at most 8: a caller's max_seqlen_q
+  // of 8 / G tokens or less, so without validation rows past that bound may stay unwritten, as ops.h says).
+  if constexpr (Tile::kRows < 16) rb.ntok = min(rb.ntok, static_cast<int64_t>(Tile::kRows / p.rows_per_token));
 
   // This split's keys: num_tiles stages per kv head; the ring streams all heads' tiles in one order
   // (head-major), so the next head's first stages load under this head's last ones.
@@ -273,8 +276,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     }
     const int head_load_end = load_end(hi);
 
-    if (tid < Tile::kRows) {
-      const RowInfo ri = row_info(p, rb, kv_head, tid);
+    if (tid < 16) {  // every row of SharedRows: those past the tile's rows are padding
+      const RowInfo ri = tid < Tile::kRows ? row_info(p, rb, kv_head, tid) : RowInfo{};
       rows->q_row[tid] = ri.q_row;
       rows->head[tid] = ri.valid ? ri.head : -1;
       rows->pos[tid] = ri.pos;
@@ -286,9 +289,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     // Query fragments in the key-permuted head-dim order (Frag::key_dim), zero past K and in padding rows,
     // through registers (see kQByCopy). Thread tid fills register tid % 4 of lane tid / 4 in every k-step;
     // kQBatch k-steps of independent loads at a time.
-    uint32_t qreg[Tile::kQInRegisters ? Tile::kKSteps : 1][4];
+    uint32_t qreg[Tile::kQInRegisters ? Tile::kKSteps : 1][Tile::kQRegisters];
     auto load_qreg = [&]() {
-      if constexpr (Tile::kQInRegisters) {
+      if constexpr (Tile::kKeysAsM) {  // the B fragment of Q^T: registers 0 and 2 (row g) of the A fragment
+#pragma unroll
+        for (int ks = 0; ks < Tile::kKSteps; ++ks)
+          qreg[ks][0] = qfrag[(ks * 32 + lane) * 4], qreg[ks][1] = qfrag[(ks * 32 + lane) * 4 + 2];
+      } else if constexpr (Tile::kQInRegisters) {
 #pragma unroll
         for (int ks = 0; ks < Tile::kKSteps; ++ks) lds128(qreg[ks], qfrag + (ks * 32 + lane) * 4);
       }
@@ -338,33 +345,34 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       load_qreg();
     }
 
-    // This lane's two rows (g, g+8): visible keys and the score multiplier (softmax scale in the exp2
-    // domain, per-tensor K scale, the undoing of the query's power-of-two scale).
+    // This lane's two rows (g, g+8; keys as M: 2c, 2c+1): visible keys and the score multiplier (softmax scale
+    // in the exp2 domain, per-tensor K scale, the undoing of the query's power-of-two scale).
+    auto my_row = [&](int rs) { return Tile::kKeysAsM ? 2 * c + rs : g + 8 * rs; };
     float score_mul = p.scale_log2;
     if (!k_per_token && p.k_scale_mode == CacheScale::per_tensor) score_mul *= p.k_scale[0];
     float row_mul[2];
 #pragma unroll
-    for (int rs = 0; rs < 2; ++rs) row_mul[rs] = Tile::kScaleQ ? score_mul * rows->q_unscale[g + 8 * rs] : score_mul;
+    for (int rs = 0; rs < 2; ++rs) row_mul[rs] = Tile::kScaleQ ? score_mul * rows->q_unscale[my_row(rs)] : score_mul;
     // Key j is visible to row rs of this lane when lo <= j <= pos (a padding row has pos -1). The limits are
     // read from shared memory where needed (edge tiles, the gate): the loop keeps no registers for them.
-    auto visible = [&](int j, int rs) { return j < slice.end && j <= rows->pos[g + 8 * rs] && j >= rows->lo[g + 8 * rs]; };
+    auto visible = [&](int j, int rs) { return j < slice.end && j <= rows->pos[my_row(rs)] && j >= rows->lo[my_row(rs)]; };
     // A warp tile [key0, key0 + 16) needs no mask where this lane's rows see all of it (most tiles); padding
     // rows, whose results are never written, may then see it too (zero queries: finite scores).
     int whole_lo = 0, whole_hi = slice.end - 1;
 #pragma unroll
     for (int rs = 0; rs < 2; ++rs) {
-      if (rows->head[g + 8 * rs] < 0) continue;
-      whole_lo = max(whole_lo, rows->lo[g + 8 * rs]);
-      whole_hi = min(whole_hi, rows->pos[g + 8 * rs]);
+      if (rows->head[my_row(rs)] < 0) continue;
+      whole_lo = max(whole_lo, rows->lo[my_row(rs)]);
+      whole_hi = min(whole_hi, rows->pos[my_row(rs)]);
     }
     // Per-token V: P * scale enters the mma divided by 2^(v_exp - 127), v_exp the largest biased exponent of
     // the V scales this warp has seen (so the pair stays below 2 in f16); the epilogue multiplies it back.
     int v_exp = 1;
 
     SoftmaxRow softmax[2];
-    float acc[Tile::kValueTiles][4];
+    float acc[Tile::kAccTiles][4];
 #pragma unroll
-    for (int i = 0; i < Tile::kValueTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    for (int i = 0; i < Tile::kAccTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
 
     for (int tile = 0; tile < num_tiles; ++tile, read_slot = read_slot + 1 == stages ? 0 : read_slot + 1) {
       if (loaded < min(head_load_end, first_tile + tile + stages)) load_stage();
@@ -383,155 +391,262 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       const int wrow = wk * Tile::kKeysPerWarp;            // this warp's first key row in the stage
       const int key0 = slice.begin + tile * KS + wrow;     // its first key (local position)
 
-      // S = Q K^T over this warp's 16 keys: two n-tiles of 8 keys.
-      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      if constexpr (Tile::kKeysAsM) {
+        // S^T = K Q^T over this warp's 16 keys: s[i] is key g + 8 * (i >> 1), row 2c + (i & 1). The key
+        // fragments are the 16-row layout's two n-tiles (B) as one A; Q^T's B fragment is that layout's a0, a2.
+        float s[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int round = 0; round < Tile::kKeyRounds; ++round) {
-        uint32_t kw[2][4];
+        for (int round = 0; round < Tile::kKeyRounds; ++round) {
+          uint32_t kw[2][4];
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) lds128(kw[nt], kst + Tile::key_chunk(wrow + nt * 8 + g, round * 4 + c));
+          for (int nt = 0; nt < 2; ++nt) lds128(kw[nt], kst + Tile::key_chunk(wrow + nt * 8 + g, round * 4 + c));
 #pragma unroll
-        for (int step = 0; step < Frag::kStepsPerKeyLoad; ++step) {
-          const int ks = round * Frag::kStepsPerKeyLoad + step;
-          uint32_t a[4];
-          if constexpr (Tile::kQInRegisters) {
-            a[0] = qreg[ks][0], a[1] = qreg[ks][1], a[2] = qreg[ks][2], a[3] = qreg[ks][3];
-          } else {
-            lds128(a, qfrag + (ks * 32 + lane) * 4);
-          }
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            uint32_t b[2];
-            Frag::key_fragment(kw[nt], step, b);
-            ptx::mma_16816<Mma>(s[nt], a, b);
+          for (int step = 0; step < Frag::kStepsPerKeyLoad; ++step) {
+            const int ks = round * Frag::kStepsPerKeyLoad + step;
+            uint32_t k0[2], k8[2];
+            Frag::key_fragment(kw[0], step, k0);
+            Frag::key_fragment(kw[1], step, k8);
+            const uint32_t a[4] = {k0[0], k8[0], k0[1], k8[1]};
+            const uint32_t b[2] = {qreg[ks][0], qreg[ks][1]};
+            ptx::mma_16816<Mma>(s, a, b);
           }
         }
-      }
-
-      // Per-token K scales, then scale and mask; then the gate (decode with g only); then the online
-      // softmax per row.
-      if (k_per_token) {
+        if (k_per_token) {
+          const float k0s = kscales[wrow + g], k8s = kscales[wrow + g + 8];
+          s[0] *= k0s, s[1] *= k0s, s[2] *= k8s, s[3] *= k8s;
+        }
+        if (key0 >= whole_lo && key0 + Tile::kKeysPerWarp - 1 <= whole_hi) {
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+          for (int i = 0; i < 4; ++i) s[i] *= row_mul[i & 1];
+        } else {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float ks = kscales[wrow + nt * 8 + 2 * c + e];
-            s[nt][e] *= ks, s[nt][2 + e] *= ks;
+          for (int i = 0; i < 4; ++i) s[i] = visible(key0 + g + 8 * (i >> 1), i & 1) ? s[i] * row_mul[i & 1] : -INFINITY;
+        }
+        if (!Tile::kSkipGate && p.gate_bias) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int j = key0 + g + 8 * (i >> 1);
+            if (visible(j, i & 1)) s[i] += p.gate_bias[rows->gate_row[my_row(i & 1)] + j];
           }
-      }
-      if (key0 >= whole_lo && key0 + Tile::kKeysPerWarp - 1 <= whole_hi) {
+        }
+        // A row's keys lie across the 8 lanes of its column (lane bits 2-4).
+        auto keys_max = [](float x) {
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
+          for (int m = 4; m <= 16; m <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+          return x;
+        };
+        float factor[2];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) s[nt][i] *= row_mul[i >> 1];
+        for (int rs = 0; rs < 2; ++rs) factor[rs] = softmax[rs].rescale(keys_max(fmaxf(s[rs], s[2 + rs])));
+        float v_scale[2] = {0.f, 0.f};  // keys g, g + 8
+        if (v_per_token) {
+          v_scale[0] = vscales[wrow + g], v_scale[1] = vscales[wrow + g + 8];
+          const float vmax = keys_max(fmaxf(v_scale[0], v_scale[1]));
+          const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
+          if (e > v_exp) {  // uniform over the warp
+            const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
+            factor[0] *= down, factor[1] *= down;
+            v_exp = e;
+          }
+        }
+        if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
+#pragma unroll
+          for (int i = 0; i < Tile::kAccTiles; ++i) {
+            acc[i][0] *= factor[0], acc[i][1] *= factor[1];
+            acc[i][2] *= factor[0], acc[i][3] *= factor[1];
+          }
+        }
+        const float off[2] = {softmax[0].exp_offset(), softmax[1].exp_offset()};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          s[i] = ptx::exp2_ftz(s[i] - off[i & 1]);
+          softmax[i & 1].sum += s[i];
+        }
+        // P^T as the B operand (keys 2c, 2c+1 and 2c+8, 2c+9 of row g): the transposes of the (key g, rows 2c,
+        // 2c+1) pairs. Per-token V scales ride on P as an f16 hi + lo pair through two mmas (SPEC §6).
+        uint32_t pb[2], pb_lo[2];
+        if (v_per_token) {
+          const float v_unit = paged_detail::pow2(127 - v_exp);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float x0 = s[2 * h] * (v_scale[h] * v_unit), x1 = s[2 * h + 1] * (v_scale[h] * v_unit);
+            const uint32_t hi2 = ptx::pack2<Mma>(x0, x1);
+            const float2 back = ptx::unpack2<Mma>(hi2);
+            pb[h] = ptx::movmatrix_trans(hi2);
+            pb_lo[h] = ptx::movmatrix_trans(ptx::pack2<Mma>(x0 - back.x, x1 - back.y));
+          }
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) pb[h] = ptx::movmatrix_trans(ptx::pack2<Mma>(s[2 * h], s[2 * h + 1]));
+        }
+        // O^T += V^T P^T: value n-tiles t and t + 1 of the 16-row layout are the two halves of one M tile.
+#pragma unroll
+        for (int round = 0; round < Tile::kValueRounds; ++round) {
+          const int chunk = round * 8 + g;
+          uint32_t v0[4], v1[4], v8[4], v9[4];
+          lds128(v0, vst + Tile::value_chunk(wrow + 2 * c, chunk));
+          lds128(v1, vst + Tile::value_chunk(wrow + 2 * c + 1, chunk));
+          lds128(v8, vst + Tile::value_chunk(wrow + 2 * c + 8, chunk));
+          lds128(v9, vst + Tile::value_chunk(wrow + 2 * c + 9, chunk));
+#pragma unroll
+          for (int t = 0; t < E; t += 2) {
+            const uint32_t a[4] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v0, v1, t + 1),
+                                   Frag::value_pair(v8, v9, t), Frag::value_pair(v8, v9, t + 1)};
+            ptx::mma_16816<Mma>(acc[(round * E + t) / 2], a, pb);
+            if (v_per_token) ptx::mma_16816<Mma>(acc[(round * E + t) / 2], a, pb_lo);
+          }
+        }
       } else {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int j = key0 + nt * 8 + 2 * c + e;
-#pragma unroll
-            for (int rs = 0; rs < 2; ++rs) {
-              s[nt][2 * rs + e] = visible(j, rs) ? s[nt][2 * rs + e] * row_mul[rs] : -INFINITY;
+        // S = Q K^T over this warp's 16 keys: two n-tiles of 8 keys.
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+  #pragma unroll
+        for (int round = 0; round < Tile::kKeyRounds; ++round) {
+          uint32_t kw[2][4];
+  #pragma unroll
+          for (int nt = 0; nt < 2; ++nt) lds128(kw[nt], kst + Tile::key_chunk(wrow + nt * 8 + g, round * 4 + c));
+  #pragma unroll
+          for (int step = 0; step < Frag::kStepsPerKeyLoad; ++step) {
+            const int ks = round * Frag::kStepsPerKeyLoad + step;
+            uint32_t a[4];
+            if constexpr (Tile::kQInRegisters) {
+              a[0] = qreg[ks][0], a[1] = qreg[ks][1], a[2] = qreg[ks][2], a[3] = qreg[ks][3];
+            } else {
+              lds128(a, qfrag + (ks * 32 + lane) * 4);
+            }
+  #pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+              uint32_t b[2];
+              Frag::key_fragment(kw[nt], step, b);
+              ptx::mma_16816<Mma>(s[nt], a, b);
             }
           }
         }
-      }
-      if (!Tile::kSkipGate && p.gate_bias) {
-        const int64_t gate_row[2] = {rows->gate_row[g], rows->gate_row[g + 8]};
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-#pragma unroll
-            for (int rs = 0; rs < 2; ++rs) {
+
+        // Per-token K scales, then scale and mask; then the gate (decode with g only); then the online
+        // softmax per row.
+        if (k_per_token) {
+  #pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+  #pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float ks = kscales[wrow + nt * 8 + 2 * c + e];
+              s[nt][e] *= ks, s[nt][2 + e] *= ks;
+            }
+        }
+        if (key0 >= whole_lo && key0 + Tile::kKeysPerWarp - 1 <= whole_hi) {
+  #pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+  #pragma unroll
+            for (int i = 0; i < 4; ++i) s[nt][i] *= row_mul[i >> 1];
+        } else {
+  #pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+  #pragma unroll
+            for (int e = 0; e < 2; ++e) {
               const int j = key0 + nt * 8 + 2 * c + e;
-              if (visible(j, rs)) s[nt][2 * rs + e] += p.gate_bias[gate_row[rs] + j];
+  #pragma unroll
+              for (int rs = 0; rs < 2; ++rs) {
+                s[nt][2 * rs + e] = visible(j, rs) ? s[nt][2 * rs + e] * row_mul[rs] : -INFINITY;
+              }
             }
-      }
-      float factor[2];
-#pragma unroll
-      for (int rs = 0; rs < 2; ++rs) {
-        const float m = fmaxf(fmaxf(s[0][2 * rs], s[0][2 * rs + 1]), fmaxf(s[1][2 * rs], s[1][2 * rs + 1]));
-        factor[rs] = softmax[rs].rescale(quad_max(m));
-      }
-      // Per-token V: this tile's V scales (the same 16 in every quad; unloaded keys have 0) may raise v_exp.
-      // Each lane's 4 are read once and later multiplied by the unit once (each serves two rows).
-      float v_scale[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-      if (v_per_token) {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const float2 x = *reinterpret_cast<const float2*>(vscales + wrow + nt * 8 + 2 * c);
-          v_scale[nt][0] = x.x, v_scale[nt][1] = x.y;
-        }
-        const float vmax = quad_max(fmaxf(fmaxf(v_scale[0][0], v_scale[0][1]), fmaxf(v_scale[1][0], v_scale[1][1])));
-        const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
-        if (e > v_exp) {  // uniform over the warp
-          const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
-          factor[0] *= down, factor[1] *= down;
-          v_exp = e;
-        }
-      }
-      // Once a row has met its large scores its max rarely moves: skip the accumulator rescale then.
-      if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
-#pragma unroll
-        for (int i = 0; i < Tile::kValueTiles; ++i) {
-          acc[i][0] *= factor[0], acc[i][1] *= factor[0];
-          acc[i][2] *= factor[1], acc[i][3] *= factor[1];
-        }
-      }
-#pragma unroll
-      for (int rs = 0; rs < 2; ++rs) {
-        const float off = softmax[rs].exp_offset();
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float pr = ptx::exp2_ftz(s[nt][2 * rs + e] - off);
-            s[nt][2 * rs + e] = pr;
-            softmax[rs].sum += pr;
           }
-      }
-
-      // P as the A operand: keys 2c,2c+1 (a0 row g, a1 row g+8) and 8+2c,8+2c+1 (a2, a3). Per-token V scales
-      // (fp8) ride on P, and P * scale keeps ~22 bits as an f16 hi + lo pair through two mmas (SPEC §6);
-      // without them P is rounded once, as on the 16-bit path.
-      uint32_t pa[4], pa_lo[4];
-      if (v_per_token) {
-        const float v_unit = paged_detail::pow2(127 - v_exp);
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) v_scale[nt][0] *= v_unit, v_scale[nt][1] *= v_unit;
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
+        }
+        if (!Tile::kSkipGate && p.gate_bias) {
+          const int64_t gate_row[2] = {rows->gate_row[g], rows->gate_row[g + 8]};
+  #pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+  #pragma unroll
+            for (int e = 0; e < 2; ++e)
+  #pragma unroll
+              for (int rs = 0; rs < 2; ++rs) {
+                const int j = key0 + nt * 8 + 2 * c + e;
+                if (visible(j, rs)) s[nt][2 * rs + e] += p.gate_bias[gate_row[rs] + j];
+              }
+        }
+        float factor[2];
+  #pragma unroll
         for (int rs = 0; rs < 2; ++rs) {
-          if (v_per_token) {
-            const float x0 = s[nt][2 * rs] * v_scale[nt][0];
-            const float x1 = s[nt][2 * rs + 1] * v_scale[nt][1];
-            pa[2 * nt + rs] = ptx::pack2<Mma>(x0, x1);
-            const float2 hi = ptx::unpack2<Mma>(pa[2 * nt + rs]);
-            pa_lo[2 * nt + rs] = ptx::pack2<Mma>(x0 - hi.x, x1 - hi.y);
-          } else {
-            pa[2 * nt + rs] = ptx::pack2<Mma>(s[nt][2 * rs], s[nt][2 * rs + 1]);
+          const float m = fmaxf(fmaxf(s[0][2 * rs], s[0][2 * rs + 1]), fmaxf(s[1][2 * rs], s[1][2 * rs + 1]));
+          factor[rs] = softmax[rs].rescale(quad_max(m));
+        }
+        // Per-token V: this tile's V scales (the same 16 in every quad; unloaded keys have 0) may raise v_exp.
+        // Each lane's 4 are read once and later multiplied by the unit once (each serves two rows).
+        float v_scale[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+        if (v_per_token) {
+  #pragma unroll
+          for (int nt = 0; nt < 2; ++nt) {
+            const float2 x = *reinterpret_cast<const float2*>(vscales + wrow + nt * 8 + 2 * c);
+            v_scale[nt][0] = x.x, v_scale[nt][1] = x.y;
+          }
+          const float vmax = quad_max(fmaxf(fmaxf(v_scale[0][0], v_scale[0][1]), fmaxf(v_scale[1][0], v_scale[1][1])));
+          const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
+          if (e > v_exp) {  // uniform over the warp
+            const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
+            factor[0] *= down, factor[1] *= down;
+            v_exp = e;
           }
         }
-      }
+        // Once a row has met its large scores its max rarely moves: skip the accumulator rescale then.
+        if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
+  #pragma unroll
+          for (int i = 0; i < Tile::kValueTiles; ++i) {
+            acc[i][0] *= factor[0], acc[i][1] *= factor[0];
+            acc[i][2] *= factor[1], acc[i][3] *= factor[1];
+          }
+        }
+  #pragma unroll
+        for (int rs = 0; rs < 2; ++rs) {
+          const float off = softmax[rs].exp_offset();
+  #pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+  #pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float pr = ptx::exp2_ftz(s[nt][2 * rs + e] - off);
+              s[nt][2 * rs + e] = pr;
+              softmax[rs].sum += pr;
+            }
+        }
 
-      // O += P V over this warp's value dims.
-#pragma unroll
-      for (int round = 0; round < Tile::kValueRounds; ++round) {
-        const int chunk = (wv * VW * Tile::kBytes) / 16 + round * 8 + g;
-        uint32_t v0[4], v1[4], v8[4], v9[4];
-        lds128(v0, vst + Tile::value_chunk(wrow + 2 * c, chunk));
-        lds128(v1, vst + Tile::value_chunk(wrow + 2 * c + 1, chunk));
-        lds128(v8, vst + Tile::value_chunk(wrow + 2 * c + 8, chunk));
-        lds128(v9, vst + Tile::value_chunk(wrow + 2 * c + 9, chunk));
-#pragma unroll
-        for (int t = 0; t < E; ++t) {
-          const uint32_t b[2] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v8, v9, t)};
-          ptx::mma_16816<Mma>(acc[round * E + t], pa, b);
-          if (v_per_token) ptx::mma_16816<Mma>(acc[round * E + t], pa_lo, b);
+        // P as the A operand: keys 2c,2c+1 (a0 row g, a1 row g+8) and 8+2c,8+2c+1 (a2, a3). Per-token V scales
+        // (fp8) ride on P, and P * scale keeps ~22 bits as an f16 hi + lo pair through two mmas (SPEC §6);
+        // without them P is rounded once, as on the 16-bit path.
+        uint32_t pa[4], pa_lo[4];
+        if (v_per_token) {
+          const float v_unit = paged_detail::pow2(127 - v_exp);
+  #pragma unroll
+          for (int nt = 0; nt < 2; ++nt) v_scale[nt][0] *= v_unit, v_scale[nt][1] *= v_unit;
+        }
+  #pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+  #pragma unroll
+          for (int rs = 0; rs < 2; ++rs) {
+            if (v_per_token) {
+              const float x0 = s[nt][2 * rs] * v_scale[nt][0];
+              const float x1 = s[nt][2 * rs + 1] * v_scale[nt][1];
+              pa[2 * nt + rs] = ptx::pack2<Mma>(x0, x1);
+              const float2 hi = ptx::unpack2<Mma>(pa[2 * nt + rs]);
+              pa_lo[2 * nt + rs] = ptx::pack2<Mma>(x0 - hi.x, x1 - hi.y);
+            } else {
+              pa[2 * nt + rs] = ptx::pack2<Mma>(s[nt][2 * rs], s[nt][2 * rs + 1]);
+            }
+          }
+        }
+
+        // O += P V over this warp's value dims.
+  #pragma unroll
+        for (int round = 0; round < Tile::kValueRounds; ++round) {
+          const int chunk = (wv * VW * Tile::kBytes) / 16 + round * 8 + g;
+          uint32_t v0[4], v1[4], v8[4], v9[4];
+          lds128(v0, vst + Tile::value_chunk(wrow + 2 * c, chunk));
+          lds128(v1, vst + Tile::value_chunk(wrow + 2 * c + 1, chunk));
+          lds128(v8, vst + Tile::value_chunk(wrow + 2 * c + 8, chunk));
+          lds128(v9, vst + Tile::value_chunk(wrow + 2 * c + 9, chunk));
+  #pragma unroll
+          for (int t = 0; t < E; ++t) {
+            const uint32_t b[2] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v8, v9, t)};
+            ptx::mma_16816<Mma>(acc[round * E + t], pa, b);
+            if (v_per_token) ptx::mma_16816<Mma>(acc[round * E + t], pa_lo, b);
+          }
         }
       }
       // This stage is free for the loads of the next iteration. Every warp has its query registers: the next
@@ -558,21 +673,27 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     float* red_sum = red_max + Tile::WK * Tile::kRows;           // [WK][16]
     float* row_scale = red_sum + Tile::WK * Tile::kRows;         // [16]
     float* row_lse = row_scale + Tile::kRows;                    // [16]
+    // A row's partial sums lie in its 4 lanes (lane bits 0-1), or with keys as M its 8 (bits 2-4).
     float row_sum[2];
 #pragma unroll
-    for (int rs = 0; rs < 2; ++rs) row_sum[rs] = quad_sum(softmax[rs].sum);
-    if (wv == 0 && c == 0) {
+    for (int rs = 0; rs < 2; ++rs) {
+      float x = softmax[rs].sum;
+#pragma unroll
+      for (int m = Tile::kKeysAsM ? 4 : 1; m <= (Tile::kKeysAsM ? 16 : 2); m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+      row_sum[rs] = x;
+    }
+    if (wv == 0 && (Tile::kKeysAsM ? g : c) == 0) {
 #pragma unroll
       for (int rs = 0; rs < 2; ++rs) {
-        red_max[wk * Tile::kRows + g + 8 * rs] = softmax[rs].max2;
-        red_sum[wk * Tile::kRows + g + 8 * rs] = row_sum[rs];
+        red_max[wk * Tile::kRows + my_row(rs)] = softmax[rs].max2;
+        red_sum[wk * Tile::kRows + my_row(rs)] = row_sum[rs];
       }
     }
     __syncthreads();  // every warp is past the loop: the merge may take the slots it read last
     float* mine = part(wk);
 #pragma unroll
     for (int rs = 0; rs < 2; ++rs) {
-      const int r = g + 8 * rs;
+      const int r = my_row(rs);
       float m = -INFINITY;
 #pragma unroll
       for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + r]);
@@ -582,12 +703,18 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
 #pragma unroll
       for (int round = 0; round < Tile::kValueRounds; ++round)
 #pragma unroll
-        for (int t = 0; t < E; ++t)
+        for (int t = 0; t < E; ++t) {
+          if constexpr (Tile::kKeysAsM) {  // value dim of lane g in n-tile t, row 2c + rs
+            const int d = Frag::value_dim(round * 8 * E, g, t);
+            mine[r * VP + Tile::reduce_col(r, d)] = acc[(round * E + t) / 2][2 * (t & 1) + rs] * factor;
+          } else {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int d = Frag::value_dim(wv * VW + round * 8 * E, 2 * c + e, t);
-            mine[r * VP + Tile::reduce_col(r, d)] = acc[round * E + t][2 * rs + e] * factor;
+            for (int e = 0; e < 2; ++e) {
+              const int d = Frag::value_dim(wv * VW + round * 8 * E, 2 * c + e, t);
+              mine[r * VP + Tile::reduce_col(r, d)] = acc[round * E + t][2 * rs + e] * factor;
+            }
           }
+        }
     }
     if (tid < Tile::kRows) {
       float m = -INFINITY, l = 0.f;

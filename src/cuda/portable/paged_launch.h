@@ -8,11 +8,13 @@ struct CUstream_st;
 
 namespace flashgate::cuda {
 
-// The mma kernel instantiations: cache kind x padded head dims (KP, VP). A request takes the first entry of
-// its cache kind whose dims cover K and V. Each paged_mma_<kind>.cu instantiates its kind's list.
+// The mma kernel instantiations: cache kind x padded head dims (KP, VP) x rows per CTA (16, or 8 with keys as
+// the mma's M: PagedTile::kKeysAsM). A request takes the first entry of its cache kind whose dims cover K and V
+// and whose rows cover its row blocks'. Each paged_mma_<kind>.cu instantiates its kind's list.
 #define FLASHGATE_PAGED_HEADS_16BIT(X, kind) \
-  X(kind, 64, 64) X(kind, 128, 128) X(kind, 256, 256) X(kind, 512, 512) X(kind, 576, 512)
-#define FLASHGATE_PAGED_HEADS_FP8(X, kind) X(kind, 128, 128) X(kind, 256, 256) X(kind, 512, 512) X(kind, 576, 512)
+  X(kind, 64, 64, 16) X(kind, 128, 128, 16) X(kind, 256, 256, 16) X(kind, 512, 512, 16) X(kind, 576, 512, 16)
+#define FLASHGATE_PAGED_HEADS_FP8(X, kind) \
+  X(kind, 128, 128, 8) X(kind, 128, 128, 16) X(kind, 256, 256, 16) X(kind, 512, 512, 16) X(kind, 576, 512, 16)
 
 // Shared memory of one mma instantiation, for the planner's choice of pipeline depth.
 struct PagedKernelShape {
@@ -29,7 +31,7 @@ struct PagedKernelShape {
   }
 };
 
-template <CacheKind C, int KP, int VP>
+template <CacheKind C, int KP, int VP, int ROWS>
 struct PagedMma {
   static PagedKernelShape shape();
   // Resident CTAs per SM of device `device` at that pipeline depth (raises the kernel's shared memory
@@ -42,13 +44,13 @@ struct PagedMma {
 // Every mma instantiation, for lookup by (cache kind, K, V).
 struct PagedMmaEntry {
   CacheKind cache;
-  int kp, vp;
+  int kp, vp, rows;
   PagedKernelShape (*shape)();
   int (*occupancy)(int stages, int device);
   void (*launch)(const ServingParams&, int stages, CUstream_st*);
 };
-// The entry for a cache kind and head dims, or nullptr when none covers them.
-const PagedMmaEntry* find_paged_mma(CacheKind cache, int K, int V);
+// The entry for a cache kind and head dims whose CTAs take at least `rows` rows, or nullptr when none covers them.
+const PagedMmaEntry* find_paged_mma(CacheKind cache, int K, int V, int rows);
 
 // The fp32 fallback (any dtype, any alignment, no split): one CTA per (query row, query head).
 void launch_paged_simt(const ServingParams& p, CUstream_st* stream);

@@ -28,15 +28,15 @@ void ensure_smem_limit(Kernel kernel, int bytes, int device, std::atomic<int> (&
 
 }  // namespace paged_detail
 
-template <CacheKind C, int KP, int VP>
+template <CacheKind C, int KP, int VP, int ROWS>
 struct PagedMmaState {
   static inline std::atomic<int> smem_granted[paged_detail::kMaxDevices] = {};
   static inline std::atomic<int> occupancy[paged_detail::kMaxDevices][5] = {};  // by stage count; 0: unknown
 };
 
-template <CacheKind C, int KP, int VP>
-PagedKernelShape PagedMma<C, KP, VP>::shape() {
-  using Tile = PagedTile<C, KP, VP>;
+template <CacheKind C, int KP, int VP, int ROWS>
+PagedKernelShape PagedMma<C, KP, VP, ROWS>::shape() {
+  using Tile = PagedTile<C, KP, VP, ROWS>;
   PagedKernelShape s;
   s.stage_bytes = Tile::kStageBytes;
   s.fixed_bytes = Tile::kFixedBytes;
@@ -48,10 +48,10 @@ PagedKernelShape PagedMma<C, KP, VP>::shape() {
   return s;
 }
 
-template <CacheKind C, int KP, int VP>
-int PagedMma<C, KP, VP>::occupancy(int stages, int device) {
-  using Tile = PagedTile<C, KP, VP>;
-  using State = PagedMmaState<C, KP, VP>;
+template <CacheKind C, int KP, int VP, int ROWS>
+int PagedMma<C, KP, VP, ROWS>::occupancy(int stages, int device) {
+  using Tile = PagedTile<C, KP, VP, ROWS>;
+  using State = PagedMmaState<C, KP, VP, ROWS>;
   const int slot = device >= 0 && device < paged_detail::kMaxDevices ? device : 0;
   const int depth = stages < 0 ? 0 : (stages > 4 ? 4 : stages);
   if (const int known = State::occupancy[slot][depth].load(std::memory_order_relaxed)) return known;
@@ -64,13 +64,13 @@ int PagedMma<C, KP, VP>::occupancy(int stages, int device) {
   return blocks;
 }
 
-template <CacheKind C, int KP, int VP>
-void PagedMma<C, KP, VP>::launch(const ServingParams& p, int stages, CUstream_st* stream) {
-  using Tile = PagedTile<C, KP, VP>;
+template <CacheKind C, int KP, int VP, int ROWS>
+void PagedMma<C, KP, VP, ROWS>::launch(const ServingParams& p, int stages, CUstream_st* stream) {
+  using Tile = PagedTile<C, KP, VP, ROWS>;
   const int bytes = Tile::smem_bytes(stages);
   int device = 0;
   FLASHGATE_CUDA_CHECK(cudaGetDevice(&device));
-  paged_detail::ensure_smem_limit(paged_mma_kernel<Tile>, bytes, device, PagedMmaState<C, KP, VP>::smem_granted);
+  paged_detail::ensure_smem_limit(paged_mma_kernel<Tile>, bytes, device, PagedMmaState<C, KP, VP, ROWS>::smem_granted);
   const int head_groups = (p.H + p.heads_per_cta - 1) / p.heads_per_cta;
   const dim3 grid(static_cast<unsigned>(p.row_blocks), static_cast<unsigned>(head_groups),
                   static_cast<unsigned>(p.num_splits));
@@ -80,6 +80,6 @@ void PagedMma<C, KP, VP>::launch(const ServingParams& p, int stages, CUstream_st
 
 }  // namespace flashgate::cuda
 
-// Explicit instantiation of one (kind, KP, VP) entry of the lists in paged_launch.h.
-#define FLASHGATE_PAGED_INSTANTIATE(kind, kp, vp) \
-  template struct flashgate::cuda::PagedMma<flashgate::cuda::CacheKind::kind, kp, vp>;
+// Explicit instantiation of one (kind, KP, VP, rows) entry of the lists in paged_launch.h.
+#define FLASHGATE_PAGED_INSTANTIATE(kind, kp, vp, rows) \
+  template struct flashgate::cuda::PagedMma<flashgate::cuda::CacheKind::kind, kp, vp, rows>;

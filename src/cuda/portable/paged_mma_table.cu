@@ -4,9 +4,9 @@
 namespace flashgate::cuda {
 namespace {
 
-#define FLASHGATE_PAGED_ENTRY(kind, kp, vp)                                                \
-  PagedMmaEntry{CacheKind::kind, kp, vp, &PagedMma<CacheKind::kind, kp, vp>::shape,       \
-                &PagedMma<CacheKind::kind, kp, vp>::occupancy, &PagedMma<CacheKind::kind, kp, vp>::launch},
+#define FLASHGATE_PAGED_ENTRY(kind, kp, vp, rows)                                                      \
+  PagedMmaEntry{CacheKind::kind, kp, vp, rows, &PagedMma<CacheKind::kind, kp, vp, rows>::shape,         \
+                &PagedMma<CacheKind::kind, kp, vp, rows>::occupancy, &PagedMma<CacheKind::kind, kp, vp, rows>::launch},
 
 const PagedMmaEntry kEntries[] = {
     FLASHGATE_PAGED_HEADS_16BIT(FLASHGATE_PAGED_ENTRY, f16)
@@ -17,9 +17,9 @@ const PagedMmaEntry kEntries[] = {
 
 }  // namespace
 
-const PagedMmaEntry* find_paged_mma(CacheKind cache, int K, int V) {
-  for (const PagedMmaEntry& e : kEntries)  // ascending dims within each kind: the first fit is the smallest
-    if (e.cache == cache && K <= e.kp && V <= e.vp) return &e;
+const PagedMmaEntry* find_paged_mma(CacheKind cache, int K, int V, int rows) {
+  for (const PagedMmaEntry& e : kEntries)  // ascending dims, then rows, within each kind: the first fit is the smallest
+    if (e.cache == cache && K <= e.kp && V <= e.vp && rows <= e.rows) return &e;
   return nullptr;
 }
 

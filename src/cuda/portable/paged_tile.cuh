@@ -9,13 +9,18 @@
 
 namespace flashgate::cuda {
 
-// Compile-time shape of one instantiation: cache kind and padded head dims KP (keys) and VP (values).
-template <CacheKind C, int KP_, int VP_>
+// Compile-time shape of one instantiation: cache kind, padded head dims KP (keys) and VP (values), and query
+// rows per CTA (16, or 8 with keys as the mma's M).
+template <CacheKind C, int KP_, int VP_, int ROWS = 16>
 struct PagedTile {
   using Traits = CacheTraits<C>;
   using Frag = Fragments<C>;
   static constexpr CacheKind kCache = C;
-  static constexpr int kThreads = 128, kWarps = 4, kRows = 16;
+  static constexpr int kThreads = 128, kWarps = 4, kRows = ROWS;
+  // Keys as M (8 rows): S^T = K Q^T and O^T = V^T P^T, the rows in the mma's n8, so a block of at most 8 rows
+  // (decode at GQA <= 8) pays half the MMAs and softmax values of the 16-row layout, and a lane keeps half the
+  // accumulators and query fragments (docs/perf-notes.md, session 19). The 16-row layout: S = Q K^T, O = P V.
+  static constexpr bool kKeysAsM = ROWS == 8;
   static constexpr int KP = KP_, VP = VP_;
   static constexpr int kBytes = Traits::kBytes;
   static constexpr int E = Frag::kElemsPer16B;
@@ -29,15 +34,18 @@ struct PagedTile {
   static constexpr int kKeyRounds = KP / Frag::kDimsPerKeyRound;
   static constexpr int kValueRounds = VW / (8 * E);
   static constexpr int kValueTiles = VW / 8;
+  // Accumulator tiles per warp: 16 rows x 8 value dims each, or with keys as M 16 value dims x 8 rows.
+  static constexpr int kAccTiles = kKeysAsM ? kValueTiles / 2 : kValueTiles;
   // fp8 D128 runs 4 CTAs per SM (16 warps): its loop is latency-bound at 3 (docs/perf-notes.md, session 6),
   // so it reads the query fragments from shared memory every stage (8 loads) to fit 128 registers.
   static constexpr bool kFourCtas = Traits::kFp8 && KP == 128 && VP == 128;
-  static constexpr bool kQInRegisters = KP <= 128 && !kFourCtas;
+  static constexpr bool kQInRegisters = KP <= 128 && (!kFourCtas || kKeysAsM);  // keys as M: 2 per k-step
+  static constexpr int kQRegisters = kKeysAsM ? 2 : 4;  // per k-step: the B fragment, or the A fragment
   static constexpr bool kScaleSlots = Traits::kTokenScales;  // per-token scales staged next to the rows
   static constexpr bool kScaleQ = Traits::kFp8;        // f16 Q K^T with a cache of any range: scale Q rows
   static constexpr int kStageBytes = KS * (kKeyRowBytes + kValueRowBytes) + (kScaleSlots ? 2 * KS * 4 : 0);
   static constexpr int kQBytes = kKSteps * 32 * 16;    // query fragments, [k-step][lane][4 registers]
-  static constexpr int kRowInfoBytes = kRows * 32;
+  static constexpr int kRowInfoBytes = 16 * 32;      // SharedRows: 16 rows whatever the tile's count
   static constexpr int kMergeFactsBytes = 2 * WK * kRows * 4 + 2 * kRows * 4;  // row maxima, sums, scales, lse
   static constexpr int kFixedBytes = kRowInfoBytes + kMergeFactsBytes + kQBytes;
   // The final cross-warp merge: each warp's partial o ([16][VP] fp32, one part) goes into a ring slot that
@@ -87,6 +95,7 @@ struct PagedTile {
   static_assert(VP % 32 == 0, "reduce_col permutes dims within aligned groups of 32");
   static_assert(WV * WK == kWarps, "warps must tile keys x value dims");
   static_assert(kMergeSlots <= 2, "the loads held back for the merge fit one commit group per skipped stage");
+  static_assert(ROWS == 16 || (ROWS == 8 && WV == 1 && E % 2 == 0), "keys as M: one warp per key group, paired tiles");
 
   // Byte offset of 16-byte chunk `chunk` of key row `row` in a stage (pairs of rows alternate 64-byte halves,
   // so the 8 lanes of one load phase, 2 rows x 64 bytes, hit all 32 banks).

@@ -70,6 +70,8 @@ int forced_stages() {
   return n ? std::clamp(n, 2, 4) : 0;
 }
 int forced_heads_per_cta() { return env_count("FLASHGATE_HEADS_PER_CTA"); }
+// FLASHGATE_SERVING_ROWS=16: the 16-row layout even where an 8-row tile (keys as M) would do.
+bool forced_wide_rows() { return env_count("FLASHGATE_SERVING_ROWS") >= 16; }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -129,6 +131,7 @@ struct PlanInputs {
   bool aligned = false;     // every K/V row starts on 16 bytes (the mma path's cp.async)
   bool gate = false;        // decode with g: the gate pre-kernel fills p.gate_bias in the workspace
   int64_t context_estimate = 0;  // keys per sequence the split heuristic assumes
+  int max_rows = 16;        // query rows a row block holds at most (8 or fewer: an 8-row tile, keys as M, will do)
 };
 
 // Row blocks that have rows (the grid's x extent is an upper bound): one per sequence for decode, else as if
@@ -176,7 +179,7 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   const CacheKind kind = p.cache_dtype == DType::e4m3 ? (token_scales ? CacheKind::e4m3_tokens : CacheKind::e4m3)
                          : p.cache_dtype == DType::bf16 ? CacheKind::bf16
                                                         : CacheKind::f16;
-  const cuda::PagedMmaEntry* entry = cuda::find_paged_mma(kind, p.K, p.V);
+  const cuda::PagedMmaEntry* entry = cuda::find_paged_mma(kind, p.K, p.V, forced_wide_rows() ? 16 : in.max_rows);
   if (!entry) return plan;
   const DeviceFacts dev = device_facts(device);
   const cuda::PagedKernelShape shape = entry->shape();
@@ -236,6 +239,7 @@ ServingParams decode_params(const DecodeArgs& a, const detail::DecodeProblem& pr
 PlanInputs decode_inputs(const DecodeArgs& a, const detail::DecodeProblem& pr) {
   PlanInputs in;
   in.decode = true;
+  in.max_rows = std::min<int>(static_cast<int>(pr.group()), 16);  // one token of G heads
   in.gate = pr.has_gate;
   in.aligned = cuda::row_copy_width(a.k) >= 16 && cuda::row_copy_width(a.v) >= 16;
   in.context_estimate = pr.N > 0 ? ceil_div(pr.T, pr.N) : 0;
@@ -281,6 +285,9 @@ PlanInputs paged_inputs(const PagedArgs& a, const detail::PagedProblem& pr) {
   PlanInputs in;
   in.aligned = cuda::row_copy_width(a.k_cache) >= 16 && cuda::row_copy_width(a.v_cache) >= 16;
   in.context_estimate = pr.max_blocks * pr.block_size;
+  // A row block holds at most max_seqlen_q tokens x min(G, 16) heads (without the bound, 16 rows).
+  const int64_t rows_per_token = std::min<int64_t>(pr.group(), 16);
+  if (pr.max_q > 0) in.max_rows = static_cast<int>(std::min<int64_t>(std::min(pr.max_q, pr.total_q) * rows_per_token, 16));
   return in;
 }
 

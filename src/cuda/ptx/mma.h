@@ -1,4 +1,5 @@
-// mma.sync m16n8k16 with fp32 accumulation (sm80+), fp16 or bf16 operands.
+// mma.sync m16n8k16 with fp32 accumulation (sm80+), fp16 or bf16 operands, and movmatrix (an 8x8 16-bit
+// transpose between lanes).
 //
 // Fragment layout (PTX ISA "Matrix Fragments for mma.m16n8k16"), with g = lane / 4 and c = lane % 4:
 //   A (16x16, row-major) a[0]: (g, 2c..2c+1)  a[1]: (g+8, 2c..)  a[2]: (g, 2c+8..)  a[3]: (g+8, 2c+8..)
@@ -49,6 +50,16 @@ template <>
 __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
   __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// The transpose of an 8x8 matrix of 16-bit words held one register per lane, lane (g, c) holding row g,
+// columns 2c..2c+1 (the layout of one 8x8 quarter of an mma fragment): the result holds row g of the
+// transpose, i.e. column g, rows 2c..2c+1 of the input. Turns an accumulator's (g, 2c..) pair into a B
+// operand's (k=2c.., n=g) one.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
 }
 
 // The two elements of a packed register as floats (exact).
