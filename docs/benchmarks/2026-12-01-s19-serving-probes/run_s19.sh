@@ -1,0 +1,40 @@
+#!/bin/bash
+# Session 19 device runs: `run_s19.sh N` runs run N from the repository root on the H200 and writes its logs under
+# $OUT. Binaries built on the CPU machine for sm_90a (build-dev) come carried as .devbin/<name>.tar.xz (git-ignored).
+cd "$(dirname "$0")/../../.."
+export PYTHONUNBUFFERED=1 FLASHGATE_CPU_THREADS=16
+SECONDS=0
+. docs/benchmarks/serving_probe_steps.sh  # ROW64 / ROW128, unpack, ab_rows, the validation steps
+B1="--batch 1 --seqlen 131072"; B8="--batch 8 --seqlen 32768"
+FP8_ROWS=("fp8t_B64|$ROW64 --fp8 per-tensor" "fp8t_B8|${ROW64/--batch 64 --seqlen 4096/$B8} --fp8 per-tensor"
+  "fp8t_B128|$ROW128 --fp8 per-tensor" "fp8t_B1|${ROW64/--batch 64 --seqlen 4096/$B1} --fp8 per-tensor"
+  "fp8k_B64|$ROW64 --fp8 per-token" "fp8k_B8|${ROW64/--batch 64 --seqlen 4096/$B8} --fp8 per-token"
+  "fp8k_B128|$ROW128 --fp8 per-token" "fp8k_B1|${ROW64/--batch 64 --seqlen 4096/$B1} --fp8 per-token")
+# bench_variants "NAME[=ENV=VALUE] ...": the benchmark's serving rows with this tree's package, once per variant
+bench_variants() {
+  local v
+  for v in $1; do
+    FLASHGATE_GIT_REV=$(cat .devbin/rev 2>/dev/null) PYTHONPATH=.devbin/py/main timeout 200 \
+      env ${v#*=} python3 bench/run.py --out $OUT/bench_${v%%=*} --rows ctx --only serving > $OUT/bench_${v%%=*}.log 2>&1
+    echo "bench ${v%%=*} rc=$? at ${SECONDS}s"
+  done
+}
+case "$1" in
+  1) # branch next-keys-as-m bc019f7 (.devbin/gpu_s19a.tar.xz): fp8 D128 row blocks of <= 8 rows (decode at GQA <= 8
+     # with max_seqlen_q) take an 8-row tile with keys as the mma's M; FLASHGATE_SERVING_ROWS=16 forces the 16-row
+     # layout. Ptx + serving suite, memcheck over the new tests; the CLI fp8 rows 8-row / 16-row alternating; this
+     # tree's package and the benchmark's serving rows: 8-row, 16-row, 8-row again
+     unpack gpu_s19a; NEW=$B
+     timeout 60 $NEW/flashgate_gpu_tests --gtest_filter='Ptx*' > $OUT/ptx.log 2>&1
+     echo "ptx rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/ptx.log | tr '\n' ' ')"
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'PagedCuda.EightRow*'
+     for r in 1 2; do for row in "${FP8_ROWS[@]}"; do for v in 8 16; do
+       echo "$r ${row%%|*} rows$v $(FLASHGATE_SERVING_ROWS=$v $NEW/flashgate run ${row#*|} --iters 300 | grep -E '^time')"
+     done; done; done > $OUT/ab.log 2>&1; cat $OUT/ab.log
+     main_package
+     bench_variants "rows8=FLASHGATE_SERVING_ROWS=8 rows16=FLASHGATE_SERVING_ROWS=16 rows8b=FLASHGATE_SERVING_ROWS=8"
+     (cd $OUT && tar -czf run1.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+esac
+echo "total ${SECONDS}s"
