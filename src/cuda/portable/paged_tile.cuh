@@ -39,8 +39,7 @@ struct PagedTile {
   // fp8 D128 runs 4 CTAs per SM (16 warps): its loop is latency-bound at 3 (docs/perf-notes.md, session 6),
   // so it reads the query fragments from shared memory every stage (8 loads) to fit 128 registers.
   static constexpr bool kFourCtas = Traits::kFp8 && KP == 128 && VP == 128;
-  static constexpr bool kQInRegisters = KP <= 128 && (!kFourCtas || kKeysAsM);  // keys as M: 2 per k-step
-  static constexpr int kQRegisters = kKeysAsM ? 2 : 4;  // per k-step: the B fragment, or the A fragment
+  static constexpr bool kQInRegisters = KP <= 128 && !kFourCtas;
   static constexpr bool kScaleSlots = Traits::kTokenScales;  // per-token scales staged next to the rows
   static constexpr bool kScaleQ = Traits::kFp8;        // f16 Q K^T with a cache of any range: scale Q rows
   static constexpr int kStageBytes = KS * (kKeyRowBytes + kValueRowBytes) + (kScaleSlots ? 2 * KS * 4 : 0);
