@@ -36,5 +36,15 @@ case "$1" in
      main_package
      bench_variants "rows8=FLASHGATE_SERVING_ROWS=8 rows16=FLASHGATE_SERVING_ROWS=16 rows8b=FLASHGATE_SERVING_ROWS=8"
      (cd $OUT && tar -czf run1.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+  2) # branch next-keys-as-m (.devbin/gpu_s19b.tar.xz): run 1's 8-row tile was 13-14% slower per tensor on the long
+     # rows; now its S^T takes two accumulator chains (one of 8 dependent mmas before) and, like the 16-row fp8 D128
+     # tile, reads the query fragments from shared memory (126 / 124 registers, no spills). Serving suite; this
+     # tree's package and the benchmark's serving rows: 8-row, 16-row, 8-row again
+     unpack gpu_s19b; NEW=$B
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     main_package
+     bench_variants "rows8=FLASHGATE_SERVING_ROWS=8 rows16=FLASHGATE_SERVING_ROWS=16 rows8b=FLASHGATE_SERVING_ROWS=8"
+     (cd $OUT && tar -czf run2.tgz *.log bench_* && rm -rf *.log bench_*) ;;
 esac
 echo "total ${SECONDS}s"
