@@ -46,5 +46,17 @@ case "$1" in
      main_package
      bench_variants "rows8=FLASHGATE_SERVING_ROWS=8 rows16=FLASHGATE_SERVING_ROWS=16 rows8b=FLASHGATE_SERVING_ROWS=8"
      (cd $OUT && tar -czf run2.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+  3) # branch next-keys-as-m (.devbin/gpu_s19b.tar.xz): why run 2's 8-row tile is 7% slower per tensor on the long
+     # rows (2% faster per token): ncu warp states, scheduler and instruction statistics of one launch each, fp8
+     # per tensor and per token B64/4096, 8-row and 16-row
+     unpack gpu_s19b; NEW=$B
+     for mode in per-tensor per-token; do for v in 8 16; do
+       FLASHGATE_SERVING_ROWS=$v timeout 120 ncu --clock-control none -k regex:paged_mma_kernel --launch-skip 3 \
+         --launch-count 1 --section WarpStateStats --section SchedulerStats --section InstructionStats \
+         --section SpeedOfLight --metrics smsp__inst_executed.sum,dram__bytes_read.sum.per_second \
+         $NEW/flashgate run $ROW64 --fp8 $mode --iters 5 > $OUT/ncu_${mode}_rows$v.log 2>&1
+       echo "ncu $mode rows$v rc=$? at ${SECONDS}s"
+     done; done
+     (cd $OUT && tar -czf run3.tgz *.log && rm -rf *.log) ;;
 esac
 echo "total ${SECONDS}s"
