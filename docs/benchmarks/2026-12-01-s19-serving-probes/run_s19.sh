@@ -58,5 +58,19 @@ case "$1" in
        echo "ncu $mode rows$v rc=$? at ${SECONDS}s"
      done; done
      (cd $OUT && tar -czf run3.tgz *.log && rm -rf *.log) ;;
+  4) # branch next-keys-as-m (.devbin/gpu_s19c.tar.xz): run 3 showed the 8-row kernels reading at 3.6-3.7 TB/s with
+     # half their stalls on L1TEX; the 8-row tile's smaller merge facts had put the ring 64 bytes off 128 (kFixedBytes
+     # 4928), so every 128-byte fp8 row straddled two lines. Now the ring starts on 128 bytes. The 8-row tests; ncu
+     # of per tensor B64/4096 8-row; this tree's package and the serving rows: 8-row, 16-row, 8-row again
+     unpack gpu_s19c; NEW=$B
+     timeout 100 $NEW/flashgate_gpu_tests --gtest_filter='PagedCuda.EightRow*:Ptx.Movmatrix*' > $OUT/gpu_tests.log 2>&1
+     echo "8-row tests rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/gpu_tests.log | tr '\n' ' ')"
+     FLASHGATE_SERVING_ROWS=8 timeout 120 ncu --clock-control none -k regex:paged_mma_kernel --launch-skip 3 \
+       --launch-count 1 --section WarpStateStats --section SpeedOfLight --metrics smsp__inst_executed.sum,dram__bytes_read.sum.per_second \
+       $NEW/flashgate run $ROW64 --fp8 per-tensor --iters 5 > $OUT/ncu_per-tensor_rows8.log 2>&1
+     echo "ncu rc=$? at ${SECONDS}s: $(grep -E 'Duration|dram__bytes_read' $OUT/ncu_per-tensor_rows8.log | tr -s ' ' | tr '\n' ' ')"
+     main_package
+     bench_variants "rows8=FLASHGATE_SERVING_ROWS=8 rows16=FLASHGATE_SERVING_ROWS=16 rows8b=FLASHGATE_SERVING_ROWS=8"
+     (cd $OUT && tar -czf run4.tgz *.log bench_* && rm -rf *.log bench_*) ;;
 esac
 echo "total ${SECONDS}s"
