@@ -72,5 +72,12 @@ case "$1" in
      main_package
      bench_variants "rows8=FLASHGATE_SERVING_ROWS=8 rows16=FLASHGATE_SERVING_ROWS=16 rows8b=FLASHGATE_SERVING_ROWS=8"
      (cd $OUT && tar -czf run4.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+  5) # branch next-keys-as-m (as run 4): the 8-row tile's ring depth. Its compute now hides under the loads on the
+     # long rows, so more bytes in flight may pay where session 16 found 2 stages best for the 16-row tile. This
+     # tree's package; the serving rows at the planner's depth (2), 3 stages (4 CTAs per SM still fit), 4 stages
+     # (3 CTAs), the planner's again
+     main_package
+     bench_variants "st2=FLASHGATE_SERVING_STAGES=2 st3=FLASHGATE_SERVING_STAGES=3 st4=FLASHGATE_SERVING_STAGES=4 plan=X=1"
+     (cd $OUT && tar -czf run5.tgz *.log bench_* && rm -rf *.log bench_*) ;;
 esac
 echo "total ${SECONDS}s"
