@@ -79,5 +79,18 @@ case "$1" in
      main_package
      bench_variants "st2=FLASHGATE_SERVING_STAGES=2 st3=FLASHGATE_SERVING_STAGES=3 st4=FLASHGATE_SERVING_STAGES=4 plan=X=1"
      (cd $OUT && tar -czf run5.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+  6) # branch next-keys-as-m, final tree (.devbin/gpu_s19d.tar.xz): default run, ptx and serving suites, memcheck over the
+     # paged tests that take the 8-row tile and the new paths of session 18, racecheck over the 8-row bias test and one
+     # 16-row test; this tree's Python package, pytest on the GPU, the benchmark's serving rows (the benchmark of record)
+     unpack gpu_s19d; NEW=$B
+     main_job $NEW
+     timeout 60 $NEW/flashgate_gpu_tests --gtest_filter='Ptx*' > $OUT/ptx.log 2>&1
+     echo "ptx rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/ptx.log | tr '\n' ' ')"
+     serving_suite $NEW
+     memcheck $NEW 'PagedCuda.EightRow*:PagedCuda.MaxSeqlen*:PagedCuda.Fp8ScaleModesAndPages:PagedCuda.BadIndices*:Ptx.Movmatrix*'
+     racecheck $NEW 'PagedCuda.EightRowTilePerTokenBias:PagedCuda.VerifyTailsInsidePages'
+     main_package; gpu_pytest; serving_bench
+     grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
+     (cd $OUT && tar -czf run6.tgz bench *.log && rm -rf bench *.log) ;;
 esac
 echo "total ${SECONDS}s"

@@ -2,8 +2,9 @@
 //
 // Design note
 // - Memory-bound: the goal is to read every K/V byte once at close to copy bandwidth. A CTA owns 16 query
-//   rows that share one kv head (decode: the G heads of one token; verify: 16/G tokens x G heads; G > 16:
-//   16 heads of one token) and one slice of the keys (split-KV), so each K/V byte feeds up to 16 rows.
+//   rows (8 with the 8-row tile, below) that share one kv head (decode: the G heads of one token; verify: 16/G
+//   tokens x G heads; G > 16: 16 heads of one token) and one slice of the keys (split-KV), so each K/V byte
+//   feeds up to 16 rows.
 //   16-bit caches: a CTA may take several kv heads in turn over the same keys (ServingParams::heads_per_cta),
 //   streaming all their stages through one ring, so a short context pays one CTA start for several heads.
 // - 4 warps. Head dims up to 128: each warp takes its own 16 keys of every 64-key stage (WK = 4) and keeps
@@ -27,6 +28,11 @@
 //   Without per-token V scales P is rounded once, and one mma does. Caches with a per-token scale on K or V
 //   take their own kernel family (CacheKind::e4m3_tokens), which reads both operands' scales per token;
 //   per-tensor fp8 (CacheKind::e4m3) compiles without any of it: no scale copies, no second mma.
+// - Row blocks of at most 8 rows (decode at GQA <= 8 under the caller's max_seqlen_q) take an 8-row tile on
+//   fp8 D128 (PagedTile::kKeysAsM): keys become the mma's M, S^T = K Q^T and O^T = V^T P^T with the rows in
+//   n8, so a warp's 16 keys cost 8 + 8 mmas instead of 16 + 16 and a lane holds 4 scores and 32 accumulators
+//   instead of 8 and 64. The key and value fragments are the 16-row layout's (its B operands, paired into A);
+//   P^T reaches the B operand by movmatrix (the transpose the 16-row layout avoids by keeping P in C's layout).
 // - Scores live in the exp2 domain (scale * log2 e folded once); the decode gate term arrives precomputed
 //   per (query head, key) from a suffix-sum pre-kernel (decode_gate.cu).
 // - One split: the CTA writes o. Several: normalised partial o (fp32) and its log2 sum go to the
@@ -351,7 +357,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     for (int rs = 0; rs < 2; ++rs) row_mul[rs] = Tile::kScaleQ ? score_mul * rows->q_unscale[my_row(rs)] : score_mul;
     // Key j is visible to row rs of this lane when lo <= j <= pos (a padding row has pos -1). The limits are
     // read from shared memory where needed (edge tiles, the gate): the loop keeps no registers for them.
-    auto visible = [&](int j, int rs) { return j < slice.end && j <= rows->pos[my_row(rs)] && j >= rows->lo[my_row(rs)]; };
+    auto visible = [&](int j, int rs) {
+      return j < slice.end && j <= rows->pos[my_row(rs)] && j >= rows->lo[my_row(rs)];
+    };
     // A warp tile [key0, key0 + 16) needs no mask where this lane's rows see all of it (most tiles); padding
     // rows, whose results are never written, may then see it too (zero queries: finite scores).
     int whole_lo = 0, whole_hi = slice.end - 1;
@@ -426,7 +434,9 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
           for (int i = 0; i < 4; ++i) s[i] *= row_mul[i & 1];
         } else {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) s[i] = visible(key0 + g + 8 * (i >> 1), i & 1) ? s[i] * row_mul[i & 1] : -INFINITY;
+          for (int i = 0; i < 4; ++i) {
+            s[i] = visible(key0 + g + 8 * (i >> 1), i & 1) ? s[i] * row_mul[i & 1] : -INFINITY;
+          }
         }
         if (!Tile::kSkipGate && p.gate_bias) {
 #pragma unroll
@@ -685,7 +695,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     for (int rs = 0; rs < 2; ++rs) {
       float x = softmax[rs].sum;
 #pragma unroll
-      for (int m = Tile::kKeysAsM ? 4 : 1; m <= (Tile::kKeysAsM ? 16 : 2); m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+      for (int m = Tile::kKeysAsM ? 4 : 1; m <= (Tile::kKeysAsM ? 16 : 2); m <<= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, m);
       row_sum[rs] = x;
     }
     if (wv == 0 && (Tile::kKeysAsM ? g : c) == 0) {

@@ -287,7 +287,9 @@ PlanInputs paged_inputs(const PagedArgs& a, const detail::PagedProblem& pr) {
   in.context_estimate = pr.max_blocks * pr.block_size;
   // A row block holds at most max_seqlen_q tokens x min(G, 16) heads (without the bound, 16 rows).
   const int64_t rows_per_token = std::min<int64_t>(pr.group(), 16);
-  if (pr.max_q > 0) in.max_rows = static_cast<int>(std::min<int64_t>(std::min(pr.max_q, pr.total_q) * rows_per_token, 16));
+  if (pr.max_q > 0) {
+    in.max_rows = static_cast<int>(std::min<int64_t>(std::min(pr.max_q, pr.total_q) * rows_per_token, 16));
+  }
   return in;
 }
 
