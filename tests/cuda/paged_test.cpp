@@ -8,7 +8,8 @@
 // 576/512 and odd ones), page sizes 16..256, contexts 1..4096 and 65537, verify tails 1-4 tokens into a
 // page, mixed prefill/decode/verify batches, shuffled tables with NaN in every unused slot and scale,
 // empty sequences, windows, sinks, both fp8 scale layouts, a head-major cache through strides, every
-// forced split count, bad indices with validate off, CUDA-graph capture.
+// forced split count, bad indices with validate off, CUDA-graph capture, and fp8 decode's 8-row tile (keys as
+// the mma's M) against the reference and the 16-row layout.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
