@@ -453,8 +453,9 @@ TEST(PagedCuda, MaxSeqlenQBelowALengthStaysInBounds) {
 
 // Where max_seqlen_q x min(G, 16) <= 8 (decode at GQA <= 8), fp8 D128 takes the 8-row tile that puts keys in
 // the mma's M (S^T = K Q^T, O^T = V^T P^T; the P^T fragments by movmatrix). Both fp8 families, every scale
-// mode, G 1..8 at their largest bounds, empty sequences, NaN in unused slots, pages 16 and 128, window and
-// sink, one pass and split: the reference, and the 16-row layout's result on the same inputs.
+// mode, G 1..8 (odd ones leave padding rows) at their largest bounds, empty sequences, NaN in unused slots,
+// pages 16 and 128, window and sink, one pass and split: the reference, and the 16-row layout's result on the
+// same inputs.
 TEST(PagedCuda, EightRowTileKeysAsM) {
   FLASHGATE_REQUIRE_GPU();
   struct Modes {
@@ -466,9 +467,8 @@ TEST(PagedCuda, EightRowTileKeysAsM) {
                          {ScaleMode::per_token, ScaleMode::per_tensor}};
   int run = 0;
   for (const Modes& m : modes)
-    for (int64_t G : {1, 2, 4, 8})
-      for (int64_t lq : {int64_t{1}, 8 / G}) {
-        if (lq == 1 && G == 8 && m.k == ScaleMode::per_tensor) continue;  // the same case as 8 / G
+    for (int64_t G : {1, 2, 3, 4, 5, 8})
+      for (int64_t lq = 1; lq <= 8 / G; lq = lq < 8 / G ? 8 / G : lq + 1) {  // 1, then 8 / G if larger
         PagedConfig c = fp8(base(), m.k);
         c.v_scale_mode = m.v;
         c.kv_heads = 2, c.heads = 2 * G;

@@ -398,8 +398,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       if constexpr (Tile::kKeysAsM) {
         // S^T = K Q^T over this warp's 16 keys: s[i] is key g + 8 * (i >> 1), row 2c + (i & 1). The key
         // fragments are the 16-row layout's two n-tiles (B) as one A; Q^T's B fragment is that layout's a0, a2.
-        // Two accumulator chains (even and odd key rounds): one chain of 8 dependent mmas made per-tensor
-        // fp8 13% slower than the 16-row layout's two (session 19, run 1).
+        // Two accumulator chains (even and odd key rounds), as the 16-row layout has in its two n-tiles, rather
+        // than one of 8 dependent mmas (docs/perf-notes.md, session 19: not measured alone).
         float s[4] = {0.f, 0.f, 0.f, 0.f}, s_odd[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int round = 0; round < Tile::kKeyRounds; ++round) {

@@ -41,7 +41,7 @@ struct PagedMma {
   static void launch(const ServingParams& p, int stages, CUstream_st* stream);
 };
 
-// Every mma instantiation, for lookup by (cache kind, K, V).
+// Every mma instantiation, for lookup by (cache kind, K, V, rows).
 struct PagedMmaEntry {
   CacheKind cache;
   int kp, vp, rows;

@@ -19,7 +19,8 @@ struct PagedTile {
   static constexpr int kThreads = 128, kWarps = 4, kRows = ROWS;
   // Keys as M (8 rows): S^T = K Q^T and O^T = V^T P^T, the rows in the mma's n8, so a block of at most 8 rows
   // (decode at GQA <= 8) pays half the MMAs and softmax values of the 16-row layout, and a lane keeps half the
-  // accumulators and query fragments (docs/perf-notes.md, session 19). The 16-row layout: S = Q K^T, O = P V.
+  // accumulators and uses half of each query fragment (docs/perf-notes.md, session 19). The 16-row layout:
+  // S = Q K^T, O = P V.
   static constexpr bool kKeysAsM = ROWS == 8;
   static constexpr int KP = KP_, VP = VP_;
   static constexpr int kBytes = Traits::kBytes;
@@ -96,7 +97,7 @@ struct PagedTile {
   static_assert(VP % 32 == 0, "reduce_col permutes dims within aligned groups of 32");
   static_assert(WV * WK == kWarps, "warps must tile keys x value dims");
   static_assert(kMergeSlots <= 2, "the loads held back for the merge fit one commit group per skipped stage");
-  static_assert(ROWS == 16 || (ROWS == 8 && WV == 1 && E % 2 == 0), "keys as M: one warp per key group, paired tiles");
+  static_assert(ROWS == 16 || (ROWS == 8 && WV == 1 && E % 2 == 0), "keys as M: one warp per key group, tile pairs");
   static_assert(kStageBytes % 128 == 0, "every stage starts on 128 bytes, as the ring does");
 
   // Byte offset of 16-byte chunk `chunk` of key row `row` in a stage (pairs of rows alternate 64-byte halves,
