@@ -92,5 +92,12 @@ case "$1" in
      main_package; gpu_pytest; serving_bench
      grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
      (cd $OUT && tar -czf run6.tgz bench *.log && rm -rf bench *.log) ;;
+  7) # main 1017e7d (.devbin/gpu_s19e.tar.xz): the 8-row test now also takes G 3 and 5 (padding rows in the tile);
+     # its comments changed since run 6, no kernel code. The 8-row tests; memcheck over them
+     unpack gpu_s19e; NEW=$B
+     timeout 100 $NEW/flashgate_gpu_tests --gtest_filter='PagedCuda.EightRow*' > $OUT/gpu_tests.log 2>&1
+     echo "8-row tests rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/gpu_tests.log | tr '\n' ' ')"
+     memcheck $NEW 'PagedCuda.EightRow*'
+     (cd $OUT && tar -czf run7.tgz *.log && rm -rf *.log) ;;
 esac
 echo "total ${SECONDS}s"
