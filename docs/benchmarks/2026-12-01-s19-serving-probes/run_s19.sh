@@ -99,5 +99,12 @@ case "$1" in
      echo "8-row tests rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' $OUT/gpu_tests.log | tr '\n' ' ')"
      memcheck $NEW 'PagedCuda.EightRow*'
      (cd $OUT && tar -czf run7.tgz *.log && rm -rf *.log) ;;
+  8) # main (kernels as run 6): the decode rows with the same cache in vLLM's layout and head-major through strides
+     # (probe_s19_layout.py): does the fp8 decode kernel, its compute now under its loads, gain from longer runs?
+     main_package
+     PYTHONPATH=.devbin/py/main timeout 200 python3 docs/benchmarks/2026-12-01-s19-serving-probes/probe_s19_layout.py \
+       > $OUT/layout.log 2>&1
+     echo "layout probe rc=$? at ${SECONDS}s"; cat $OUT/layout.log | tail -14
+     (cd $OUT && tar -czf run8.tgz *.log && rm -rf *.log) ;;
 esac
 echo "total ${SECONDS}s"
