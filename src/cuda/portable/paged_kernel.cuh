@@ -89,6 +89,15 @@ __device__ __forceinline__ int f16_range_shift(float amax) {
   return s < -100 ? -100 : (s > 100 ? 100 : s);
 }
 
+// x0, x1 as a 16-bit pair `hi` and the pair `lo` of what hi's rounding left: P * scale through two mmas keeps
+// ~22 bits (SPEC §6).
+template <class Mma>
+__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = ptx::pack2<Mma>(x0, x1);
+  const float2 h = ptx::unpack2<Mma>(hi);
+  lo = ptx::pack2<Mma>(x0 - h.x, x1 - h.y);
+}
+
 }  // namespace paged_detail
 
 template <class Tile>
@@ -372,6 +381,16 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     // Per-token V: P * scale enters the mma divided by 2^(v_exp - 127), v_exp the largest biased exponent of
     // the V scales this warp has seen (so the pair stays below 2 in f16); the epilogue multiplies it back.
     int v_exp = 1;
+    // Raises v_exp to the largest biased exponent of a tile's V scales (vmax, the same in every lane); the
+    // accumulators, below the old unit, take the ratio along with the softmax rescale `factor`.
+    auto raise_v_unit = [&](float vmax, float (&factor)[2]) {
+      const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
+      if (e > v_exp) {  // uniform over the warp
+        const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
+        factor[0] *= down, factor[1] *= down;
+        v_exp = e;
+      }
+    };
 
     SoftmaxRow softmax[2];
     float acc[Tile::kAccTiles][4];
@@ -457,13 +476,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         float v_scale[2] = {0.f, 0.f};  // keys g, g + 8
         if (v_per_token) {
           v_scale[0] = vscales[wrow + g], v_scale[1] = vscales[wrow + g + 8];
-          const float vmax = keys_max(fmaxf(v_scale[0], v_scale[1]));
-          const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
-          if (e > v_exp) {  // uniform over the warp
-            const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
-            factor[0] *= down, factor[1] *= down;
-            v_exp = e;
-          }
+          raise_v_unit(keys_max(fmaxf(v_scale[0], v_scale[1])), factor);
         }
         if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
 #pragma unroll
@@ -485,11 +498,10 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
           const float v_unit = paged_detail::pow2(127 - v_exp);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const float x0 = s[2 * h] * (v_scale[h] * v_unit), x1 = s[2 * h + 1] * (v_scale[h] * v_unit);
-            const uint32_t hi2 = ptx::pack2<Mma>(x0, x1);
-            const float2 back = ptx::unpack2<Mma>(hi2);
-            pb[h] = ptx::movmatrix_trans(hi2);
-            pb_lo[h] = ptx::movmatrix_trans(ptx::pack2<Mma>(x0 - back.x, x1 - back.y));
+            const float unit_scale = v_scale[h] * v_unit;
+            uint32_t hi2, lo2;
+            paged_detail::split_pair<Mma>(s[2 * h] * unit_scale, s[2 * h + 1] * unit_scale, hi2, lo2);
+            pb[h] = ptx::movmatrix_trans(hi2), pb_lo[h] = ptx::movmatrix_trans(lo2);
           }
         } else {
 #pragma unroll
@@ -515,12 +527,12 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       } else {
         // S = Q K^T over this warp's 16 keys: two n-tiles of 8 keys.
         float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-  #pragma unroll
+#pragma unroll
         for (int round = 0; round < Tile::kKeyRounds; ++round) {
           uint32_t kw[2][4];
-  #pragma unroll
+#pragma unroll
           for (int nt = 0; nt < 2; ++nt) lds128(kw[nt], kst + Tile::key_chunk(wrow + nt * 8 + g, round * 4 + c));
-  #pragma unroll
+#pragma unroll
           for (int step = 0; step < Frag::kStepsPerKeyLoad; ++step) {
             const int ks = round * Frag::kStepsPerKeyLoad + step;
             uint32_t a[4];
@@ -529,7 +541,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
             } else {
               lds128(a, qfrag + (ks * 32 + lane) * 4);
             }
-  #pragma unroll
+#pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
               uint32_t b[2];
               Frag::key_fragment(kw[nt], step, b);
@@ -541,26 +553,26 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         // Per-token K scales, then scale and mask; then the gate (decode with g only); then the online
         // softmax per row.
         if (k_per_token) {
-  #pragma unroll
+#pragma unroll
           for (int nt = 0; nt < 2; ++nt)
-  #pragma unroll
+#pragma unroll
             for (int e = 0; e < 2; ++e) {
               const float ks = kscales[wrow + nt * 8 + 2 * c + e];
               s[nt][e] *= ks, s[nt][2 + e] *= ks;
             }
         }
         if (key0 >= whole_lo && key0 + Tile::kKeysPerWarp - 1 <= whole_hi) {
-  #pragma unroll
+#pragma unroll
           for (int nt = 0; nt < 2; ++nt)
-  #pragma unroll
+#pragma unroll
             for (int i = 0; i < 4; ++i) s[nt][i] *= row_mul[i >> 1];
         } else {
-  #pragma unroll
+#pragma unroll
           for (int nt = 0; nt < 2; ++nt) {
-  #pragma unroll
+#pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int j = key0 + nt * 8 + 2 * c + e;
-  #pragma unroll
+#pragma unroll
               for (int rs = 0; rs < 2; ++rs) {
                 s[nt][2 * rs + e] = visible(j, rs) ? s[nt][2 * rs + e] * row_mul[rs] : -INFINITY;
               }
@@ -569,18 +581,18 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         }
         if (!Tile::kSkipGate && p.gate_bias) {
           const int64_t gate_row[2] = {rows->gate_row[g], rows->gate_row[g + 8]};
-  #pragma unroll
+#pragma unroll
           for (int nt = 0; nt < 2; ++nt)
-  #pragma unroll
+#pragma unroll
             for (int e = 0; e < 2; ++e)
-  #pragma unroll
+#pragma unroll
               for (int rs = 0; rs < 2; ++rs) {
                 const int j = key0 + nt * 8 + 2 * c + e;
                 if (visible(j, rs)) s[nt][2 * rs + e] += p.gate_bias[gate_row[rs] + j];
               }
         }
         float factor[2];
-  #pragma unroll
+#pragma unroll
         for (int rs = 0; rs < 2; ++rs) {
           const float m = fmaxf(fmaxf(s[0][2 * rs], s[0][2 * rs + 1]), fmaxf(s[1][2 * rs], s[1][2 * rs + 1]));
           factor[rs] = softmax[rs].rescale(quad_max(m));
@@ -589,33 +601,28 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         // Each lane's 4 are read once and later multiplied by the unit once (each serves two rows).
         float v_scale[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
         if (v_per_token) {
-  #pragma unroll
+#pragma unroll
           for (int nt = 0; nt < 2; ++nt) {
             const float2 x = *reinterpret_cast<const float2*>(vscales + wrow + nt * 8 + 2 * c);
             v_scale[nt][0] = x.x, v_scale[nt][1] = x.y;
           }
-          const float vmax = quad_max(fmaxf(fmaxf(v_scale[0][0], v_scale[0][1]), fmaxf(v_scale[1][0], v_scale[1][1])));
-          const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
-          if (e > v_exp) {  // uniform over the warp
-            const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
-            factor[0] *= down, factor[1] *= down;
-            v_exp = e;
-          }
+          raise_v_unit(quad_max(fmaxf(fmaxf(v_scale[0][0], v_scale[0][1]), fmaxf(v_scale[1][0], v_scale[1][1]))),
+                       factor);
         }
         // Once a row has met its large scores its max rarely moves: skip the accumulator rescale then.
         if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
-  #pragma unroll
+#pragma unroll
           for (int i = 0; i < Tile::kValueTiles; ++i) {
             acc[i][0] *= factor[0], acc[i][1] *= factor[0];
             acc[i][2] *= factor[1], acc[i][3] *= factor[1];
           }
         }
-  #pragma unroll
+#pragma unroll
         for (int rs = 0; rs < 2; ++rs) {
           const float off = softmax[rs].exp_offset();
-  #pragma unroll
+#pragma unroll
           for (int nt = 0; nt < 2; ++nt)
-  #pragma unroll
+#pragma unroll
             for (int e = 0; e < 2; ++e) {
               const float pr = ptx::exp2_ftz(s[nt][2 * rs + e] - off);
               s[nt][2 * rs + e] = pr;
@@ -629,19 +636,16 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         uint32_t pa[4], pa_lo[4];
         if (v_per_token) {
           const float v_unit = paged_detail::pow2(127 - v_exp);
-  #pragma unroll
+#pragma unroll
           for (int nt = 0; nt < 2; ++nt) v_scale[nt][0] *= v_unit, v_scale[nt][1] *= v_unit;
         }
-  #pragma unroll
+#pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-  #pragma unroll
+#pragma unroll
           for (int rs = 0; rs < 2; ++rs) {
             if (v_per_token) {
-              const float x0 = s[nt][2 * rs] * v_scale[nt][0];
-              const float x1 = s[nt][2 * rs + 1] * v_scale[nt][1];
-              pa[2 * nt + rs] = ptx::pack2<Mma>(x0, x1);
-              const float2 hi = ptx::unpack2<Mma>(pa[2 * nt + rs]);
-              pa_lo[2 * nt + rs] = ptx::pack2<Mma>(x0 - hi.x, x1 - hi.y);
+              paged_detail::split_pair<Mma>(s[nt][2 * rs] * v_scale[nt][0], s[nt][2 * rs + 1] * v_scale[nt][1],
+                                            pa[2 * nt + rs], pa_lo[2 * nt + rs]);
             } else {
               pa[2 * nt + rs] = ptx::pack2<Mma>(s[nt][2 * rs], s[nt][2 * rs + 1]);
             }
@@ -649,7 +653,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         }
 
         // O += P V over this warp's value dims.
-  #pragma unroll
+#pragma unroll
         for (int round = 0; round < Tile::kValueRounds; ++round) {
           const int chunk = (wv * VW * Tile::kBytes) / 16 + round * 8 + g;
           uint32_t v0[4], v1[4], v8[4], v9[4];
@@ -657,7 +661,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
           lds128(v1, vst + Tile::value_chunk(wrow + 2 * c + 1, chunk));
           lds128(v8, vst + Tile::value_chunk(wrow + 2 * c + 8, chunk));
           lds128(v9, vst + Tile::value_chunk(wrow + 2 * c + 9, chunk));
-  #pragma unroll
+#pragma unroll
           for (int t = 0; t < E; ++t) {
             const uint32_t b[2] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v8, v9, t)};
             ptx::mma_16816<Mma>(acc[round * E + t], pa, b);
