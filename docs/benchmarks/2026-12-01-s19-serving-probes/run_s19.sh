@@ -106,5 +106,15 @@ case "$1" in
        > $OUT/layout.log 2>&1
      echo "layout probe rc=$? at ${SECONDS}s"; cat $OUT/layout.log | tail -14
      (cd $OUT && tar -czf run8.tgz *.log && rm -rf *.log) ;;
+  9) # main after a refactor of the kernel (.devbin/gpu_s19f.tar.xz: the V-scale unit raise and the hi + lo split as one
+     # helper each for both layouts): serving suite, memcheck over the 8-row tests; this tree's package and the
+     # benchmark's serving rows
+     unpack gpu_s19f; NEW=$B
+     serving_suite $NEW
+     memcheck $NEW 'PagedCuda.EightRow*:PagedCuda.Fp8MixedScaleModes'
+     main_package
+     bench_variants "main=X=1"
+     grep -A8 "x bf16 tokens/s" $OUT/bench_main/report.md
+     (cd $OUT && tar -czf run9.tgz *.log bench_* && rm -rf *.log bench_*) ;;
 esac
 echo "total ${SECONDS}s"
