@@ -9,7 +9,7 @@
 // page, mixed prefill/decode/verify batches, shuffled tables with NaN in every unused slot and scale,
 // empty sequences, windows, sinks, both fp8 scale layouts, a head-major cache through strides, every
 // forced split count, bad indices with validate off, CUDA-graph capture, and fp8 decode's 8-row tile (keys as
-// the mma's M) against the reference and the 16-row layout.
+// the mma's M) against the reference and the 16-row layout, plus the kernel table's lookup (host only).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/portable/paged_launch.h"
 #include "flashgate/flashgate.h"
 #include "harness/cases.h"
 #include "support/compare.h"
@@ -490,6 +491,23 @@ TEST(PagedCuda, EightRowTileKeysAsM) {
           fgtest::expect_close("o vs the 16-row layout", narrow, run_gpu(r.host), kTolerance);
         }
       }
+}
+
+// The planner's table lookup (host code, no GPU needed): fp8 blocks of at most 8 rows with heads up to 128 take
+// the 8-row tile; more rows, wider heads and 16-bit caches the 16-row layout.
+TEST(PagedTable, RowsPickTheTile) {
+  using flashgate::cuda::CacheKind;
+  using flashgate::cuda::find_paged_mma;
+  for (CacheKind kind : {CacheKind::e4m3, CacheKind::e4m3_tokens}) {
+    EXPECT_EQ(find_paged_mma(kind, 128, 128, 8)->rows, 8);
+    EXPECT_EQ(find_paged_mma(kind, 100, 64, 4)->rows, 8);
+    EXPECT_EQ(find_paged_mma(kind, 128, 128, 9)->rows, 16);
+    EXPECT_EQ(find_paged_mma(kind, 129, 128, 8)->kp, 256);
+    EXPECT_EQ(find_paged_mma(kind, 129, 128, 8)->rows, 16);
+    EXPECT_EQ(find_paged_mma(kind, 577, 512, 8), nullptr);
+  }
+  EXPECT_EQ(find_paged_mma(CacheKind::bf16, 128, 128, 8)->rows, 16);
+  EXPECT_EQ(find_paged_mma(CacheKind::f16, 64, 64, 1)->kp, 64);
 }
 
 // The per-token bias cases of the 16-row layout on the 8-row tile: decode at GQA 8, contexts of 4096 tokens,
