@@ -413,6 +413,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       const float* vscales = kscales + KS;
       const int wrow = wk * Tile::kKeysPerWarp;            // this warp's first key row in the stage
       const int key0 = slice.begin + tile * KS + wrow;     // its first key (local position)
+      // 16 bytes of key rows g and g + 8 at lane column c of key round `round`: both layouts' key fragments.
+      auto load_key_words = [&](int round, uint32_t (&kw)[2][4]) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) lds128(kw[nt], kst + Tile::key_chunk(wrow + nt * 8 + g, round * 4 + c));
+      };
 
       if constexpr (Tile::kKeysAsM) {
         // S^T = K Q^T over this warp's 16 keys: s[i] is key g + 8 * (i >> 1), row 2c + (i & 1). The key
@@ -423,8 +428,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
 #pragma unroll
         for (int round = 0; round < Tile::kKeyRounds; ++round) {
           uint32_t kw[2][4];
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) lds128(kw[nt], kst + Tile::key_chunk(wrow + nt * 8 + g, round * 4 + c));
+          load_key_words(round, kw);
 #pragma unroll
           for (int step = 0; step < Frag::kStepsPerKeyLoad; ++step) {
             const int ks = round * Frag::kStepsPerKeyLoad + step;
@@ -530,8 +534,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
 #pragma unroll
         for (int round = 0; round < Tile::kKeyRounds; ++round) {
           uint32_t kw[2][4];
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) lds128(kw[nt], kst + Tile::key_chunk(wrow + nt * 8 + g, round * 4 + c));
+          load_key_words(round, kw);
 #pragma unroll
           for (int step = 0; step < Frag::kStepsPerKeyLoad; ++step) {
             const int ks = round * Frag::kStepsPerKeyLoad + step;
