@@ -131,7 +131,7 @@ struct PlanInputs {
   bool aligned = false;     // every K/V row starts on 16 bytes (the mma path's cp.async)
   bool gate = false;        // decode with g: the gate pre-kernel fills p.gate_bias in the workspace
   int64_t context_estimate = 0;  // keys per sequence the split heuristic assumes
-  int max_rows = 16;        // query rows a row block holds at most (8 or fewer: an 8-row tile, keys as M, will do)
+  int64_t max_q_tokens = 0;  // paged: query tokens per sequence at most (the caller's max_seqlen_q; 0: unknown)
 };
 
 // Row blocks that have rows (the grid's x extent is an upper bound): one per sequence for decode, else as if
@@ -179,7 +179,11 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   const CacheKind kind = p.cache_dtype == DType::e4m3 ? (token_scales ? CacheKind::e4m3_tokens : CacheKind::e4m3)
                          : p.cache_dtype == DType::bf16 ? CacheKind::bf16
                                                         : CacheKind::f16;
-  const cuda::PagedMmaEntry* entry = cuda::find_paged_mma(kind, p.K, p.V, forced_wide_rows() ? 16 : in.max_rows);
+  // Rows a row block holds at most (8 or fewer: an 8-row tile, keys as M, will do).
+  const int64_t block_tokens =
+      in.max_q_tokens > 0 ? std::min<int64_t>(in.max_q_tokens, p.tokens_per_block) : p.tokens_per_block;
+  const int rows = forced_wide_rows() ? 16 : static_cast<int>(p.rows_per_token * block_tokens);
+  const cuda::PagedMmaEntry* entry = cuda::find_paged_mma(kind, p.K, p.V, rows);
   if (!entry) return plan;
   const DeviceFacts dev = device_facts(device);
   const cuda::PagedKernelShape shape = entry->shape();
@@ -239,7 +243,6 @@ ServingParams decode_params(const DecodeArgs& a, const detail::DecodeProblem& pr
 PlanInputs decode_inputs(const DecodeArgs& a, const detail::DecodeProblem& pr) {
   PlanInputs in;
   in.decode = true;
-  in.max_rows = std::min<int>(static_cast<int>(pr.group()), 16);  // one token of G heads
   in.gate = pr.has_gate;
   in.aligned = cuda::row_copy_width(a.k) >= 16 && cuda::row_copy_width(a.v) >= 16;
   in.context_estimate = pr.N > 0 ? ceil_div(pr.T, pr.N) : 0;
@@ -285,11 +288,7 @@ PlanInputs paged_inputs(const PagedArgs& a, const detail::PagedProblem& pr) {
   PlanInputs in;
   in.aligned = cuda::row_copy_width(a.k_cache) >= 16 && cuda::row_copy_width(a.v_cache) >= 16;
   in.context_estimate = pr.max_blocks * pr.block_size;
-  // A row block holds at most max_seqlen_q tokens x min(G, 16) heads (without the bound, 16 rows).
-  const int64_t rows_per_token = std::min<int64_t>(pr.group(), 16);
-  if (pr.max_q > 0) {
-    in.max_rows = static_cast<int>(std::min<int64_t>(std::min(pr.max_q, pr.total_q) * rows_per_token, 16));
-  }
+  in.max_q_tokens = pr.max_q > 0 ? std::min(pr.max_q, pr.total_q) : 0;
   return in;
 }
 
