@@ -1,0 +1,44 @@
+#!/bin/bash
+# Session 20 device runs: `run_s20.sh N` runs run N from the repository root on the H200 and writes its logs under
+# $OUT. Binaries built on the CPU machine for sm_90a (build-dev) come carried as .devbin/<name>.tar.xz (git-ignored).
+cd "$(dirname "$0")/../../.."
+export PYTHONUNBUFFERED=1 FLASHGATE_CPU_THREADS=16
+SECONDS=0
+. docs/benchmarks/serving_probe_steps.sh  # unpack, the validation steps, main_package
+# bench_variants "NAME[=ENV=VALUE] ..." [PKG]: the benchmark's serving rows with a package (default .devbin/py/main),
+# once per variant
+bench_variants() {
+  local v
+  for v in $1; do
+    FLASHGATE_GIT_REV=$(cat .devbin/rev 2>/dev/null) PYTHONPATH=${2:-.devbin/py/main} timeout 200 \
+      env ${v#*=} python3 bench/run.py --out $OUT/bench_${v%%=*} --rows ctx --only serving > $OUT/bench_${v%%=*}.log 2>&1
+    echo "bench ${v%%=*} rc=$? at ${SECONDS}s"
+  done
+}
+# variant_package NAME FILE SED: the package of this tree with one sed edit of FILE, into .devbin/py/NAME
+variant_package() {
+  rm -rf /tmp/tree_$1 .devbin/py/$1 && mkdir -p /tmp/tree_$1 && git ls-files -z | xargs -0 cp --parents -t /tmp/tree_$1 \
+    && sed -i "$3" /tmp/tree_$1/$2 && ! cmp -s $2 /tmp/tree_$1/$2 || { echo "variant $1: sed changed nothing"; return 1; }
+  CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
+    --target .devbin/py/$1 -C build-dir=/tmp/build-wheel/$1 -C cmake.define.FLASHGATE_CUDA_TARGETS=90a /tmp/tree_$1 \
+    > $OUT/pip_$1.log 2>&1
+  echo "pip $1 rc=$? at ${SECONDS}s"
+}
+case "$1" in
+  1) # branch bf16-eight-rows (.devbin/gpu_s20a.tar.xz): 16-bit D128 row blocks of <= 8 rows (decode at GQA <= 8) take
+     # the 8-row tile (keys as the mma's M) as fp8 does (180 registers on sm_90a, no spills). Serving suite (new:
+     # DecodeCuda.EightRowTileKeysAsM, PagedCuda.EightRowTileKeysAsM over bf16 / f16), memcheck over the 8-row tests
+     # and the decode gate tests, racecheck over a small decode test; this tree's package and the serving rows: 8-row,
+     # 16-row, 8-row again; a variant package whose 16-bit 8-row tile runs 3 CTAs per SM (167 registers, no spills)
+     unpack gpu_s20a; NEW=$B
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'DecodeCuda.EightRow*:PagedCuda.EightRowTileKeysAsM:DecodeCuda.GateSinkWindow:DecodeCuda.UnalignedQueryRows'
+     racecheck $NEW 'DecodeCuda.Bf16AndF16'
+     main_package
+     bench_variants "rows8=FLASHGATE_SERVING_ROWS=8 rows16=FLASHGATE_SERVING_ROWS=16 rows8b=FLASHGATE_SERVING_ROWS=8"
+     variant_package occ3 src/cuda/portable/paged_tile.cuh 's/VP <= 64 ? 3 : 2;/VP <= 64 || kKeysAsM ? 3 : 2;/' \
+       && bench_variants "occ3=X=1" .devbin/py/occ3
+     (cd $OUT && tar -czf run1.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+esac
+echo "total ${SECONDS}s"
