@@ -455,8 +455,8 @@ TEST(PagedCuda, MaxSeqlenQBelowALengthStaysInBounds) {
 // Where max_seqlen_q x min(G, 16) <= 8 (decode at GQA <= 8), D128 takes the 8-row tile that puts keys in the
 // mma's M (S^T = K Q^T, O^T = V^T P^T; the P^T fragments by movmatrix). Both 16-bit caches and both fp8
 // families in every scale mode, G 1..8 (odd ones leave padding rows) at their largest bounds, empty sequences,
-// NaN in unused slots, pages 16 and 128, window and sink, one pass and split: the reference, and the 16-row
-// layout's result on the same inputs.
+// NaN in unused slots, pages 16 and 128, window and sink, one pass and split, one and two kv heads per CTA: the
+// reference, and the 16-row layout's result on the same inputs.
 TEST(PagedCuda, EightRowTileKeysAsM) {
   FLASHGATE_REQUIRE_GPU();
   struct Kind {
@@ -489,14 +489,15 @@ TEST(PagedCuda, EightRowTileKeysAsM) {
         const uint64_t seed = flashgate::harness::fresh_seed();
         SCOPED_TRACE(seed_note(seed, c));
         const Reference r = reference(c, seed);
-        for (int splits : {1, 3}) {
-          SCOPED_TRACE("splits " + std::to_string(splits));
-          ForcedSplits forced(splits);
-          const OwnedTensor narrow = run_gpu(r.host);
-          expect_matches(narrow, r.o, c);
-          ForcedWideRows wide_rows;
-          fgtest::expect_close("o vs the 16-row layout", narrow, run_gpu(r.host), kTolerance);
-        }
+        for (int splits : {1, 3})
+          for (int heads : {1, 2}) {
+            const ForcedServingPlan forced(heads, /*stages=*/0, splits);
+            SCOPED_TRACE(forced.note);
+            const OwnedTensor narrow = run_gpu(r.host);
+            expect_matches(narrow, r.o, c);
+            ForcedWideRows wide_rows;
+            fgtest::expect_close("o vs the 16-row layout", narrow, run_gpu(r.host), kTolerance);
+          }
       }
 }
 

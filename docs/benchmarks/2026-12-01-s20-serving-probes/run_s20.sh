@@ -40,5 +40,21 @@ case "$1" in
      variant_package occ3 src/cuda/portable/paged_tile.cuh 's/VP <= 64 ? 3 : 2;/VP <= 64 || kKeysAsM ? 3 : 2;/' \
        && bench_variants "occ3=X=1" .devbin/py/occ3
      (cd $OUT && tar -czf run1.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+  2) # branch fp8-heads-in-turn (.devbin/gpu_s20b.tar.xz): the fp8 8-row tile takes several kv heads in turn (as the
+     # 16-bit kernels do), so that fp8 B128/1024 (1024 (sequence, head) pairs on 528 slots: two waves with a trough
+     # between them, session 12) runs one wave of 512 CTAs; sm_90a spills 36 B per tensor, 104 B per token at its
+     # 128 registers. Serving suite, memcheck over the 8-row tests; this tree's package: the serving rows at the
+     # planner's heads per CTA, at one head per CTA (the spills' cost alone), and again; a package without the change
+     # (branch bf16-eight-rows' tree) between them
+     unpack gpu_s20b; NEW=$B
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'PagedCuda.EightRowTileKeysAsM'
+     main_package
+     bench_variants "hit=X=1 hit_h1=FLASHGATE_HEADS_PER_CTA=1"
+     variant_package base src/cuda/portable/paged_tile.cuh 's/kHeadsInTurn = !Traits::kFp8 || kKeysAsM;/kHeadsInTurn = !Traits::kFp8;/' \
+       && bench_variants "base=X=1" .devbin/py/base
+     bench_variants "hit2=X=1"
+     (cd $OUT && tar -czf run2.tgz *.log bench_* && rm -rf *.log bench_*) ;;
 esac
 echo "total ${SECONDS}s"
