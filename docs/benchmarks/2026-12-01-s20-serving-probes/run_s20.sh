@@ -56,5 +56,24 @@ case "$1" in
        && bench_variants "base=X=1" .devbin/py/base
      bench_variants "hit2=X=1"
      (cd $OUT && tar -czf run2.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+  3) # branch bf16-eight-rows 5082c56 (.devbin/gpu_s20c.tar.xz), the tree to merge: default run, ptx and the whole GPU
+     # suite, memcheck over the paged 8-row test (two heads per CTA new for 16-bit caches); this tree's package, pytest on
+     # the GPU, the benchmark (of record); then ncu kernel times of paged B64 at contexts 1024-8192 (one split: a fixed
+     # partition) for bf16, fp8 per tensor and per token, for a fit of streaming rate and fixed cost per launch
+     unpack gpu_s20c; NEW=$B
+     main_job $NEW
+     timeout 330 $NEW/flashgate_gpu_tests > $OUT/gpu_tests_all.log 2>&1
+     echo "whole GPU suite rc=$? at ${SECONDS}s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/gpu_tests_all.log | tr '\n' ' ')"
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests_all.log | head -5
+     memcheck $NEW 'PagedCuda.EightRowTileKeysAsM'
+     main_package; gpu_pytest; serving_bench
+     grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
+     for mode in "" "--fp8 per-tensor" "--fp8 per-token"; do for L in 1024 2048 4096 8192; do
+       row="--op paged --batch 64 --seqlen $L --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --backend cuda --no-check $mode"
+       t=$(FLASHGATE_NUM_SPLITS=1 timeout 60 ncu --clock-control none -k regex:paged_mma_kernel --launch-skip 2 --launch-count 3 \
+         --metrics gpu__time_duration.sum $NEW/flashgate run $row --iters 6 2>&1 | awk '/gpu__time_duration.sum/ {print $NF}' | tr '\n' ' ')
+       echo "FLASHGATE_NUM_SPLITS=1 $row: $t"
+     done; done > $OUT/fit.log 2>&1; cat $OUT/fit.log
+     (cd $OUT && tar -czf run3.tgz bench *.log && rm -rf bench *.log) ;;
 esac
 echo "total ${SECONDS}s"
