@@ -8,7 +8,7 @@
 // 576/512 and odd ones), page sizes 16..256, contexts 1..4096 and 65537, verify tails 1-4 tokens into a
 // page, mixed prefill/decode/verify batches, shuffled tables with NaN in every unused slot and scale,
 // empty sequences, windows, sinks, both fp8 scale layouts, a head-major cache through strides, every
-// forced split count, bad indices with validate off, CUDA-graph capture, and fp8 decode's 8-row tile (keys as
+// forced split count, bad indices with validate off, CUDA-graph capture, and decode's 8-row tile (keys as
 // the mma's M) against the reference and the 16-row layout, plus the kernel table's lookup (host only).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -452,26 +452,33 @@ TEST(PagedCuda, MaxSeqlenQBelowALengthStaysInBounds) {
 
 // ---- the 8-row tile (keys as M) --------------------------------------------------------------------------
 
-// Where max_seqlen_q x min(G, 16) <= 8 (decode at GQA <= 8), fp8 D128 takes the 8-row tile that puts keys in
-// the mma's M (S^T = K Q^T, O^T = V^T P^T; the P^T fragments by movmatrix). Both fp8 families, every scale
-// mode, G 1..8 (odd ones leave padding rows) at their largest bounds, empty sequences, NaN in unused slots,
-// pages 16 and 128, window and sink, one pass and split: the reference, and the 16-row layout's result on the
-// same inputs.
+// Where max_seqlen_q x min(G, 16) <= 8 (decode at GQA <= 8), D128 takes the 8-row tile that puts keys in the
+// mma's M (S^T = K Q^T, O^T = V^T P^T; the P^T fragments by movmatrix). Both 16-bit caches and both fp8
+// families in every scale mode, G 1..8 (odd ones leave padding rows) at their largest bounds, empty sequences,
+// NaN in unused slots, pages 16 and 128, window and sink, one pass and split, one and two kv heads per CTA: the
+// reference, and the 16-row layout's result on the same inputs.
 TEST(PagedCuda, EightRowTileKeysAsM) {
   FLASHGATE_REQUIRE_GPU();
-  struct Modes {
+  struct Kind {
+    DType dtype;
+    bool fp8;
     ScaleMode k, v;
   };
-  const Modes modes[] = {{ScaleMode::per_tensor, ScaleMode::per_tensor},
-                         {ScaleMode::per_token, ScaleMode::per_token},
-                         {ScaleMode::none, ScaleMode::per_token},
-                         {ScaleMode::per_token, ScaleMode::per_tensor}};
+  const Kind kinds[] = {{DType::bf16, false, ScaleMode::none, ScaleMode::none},
+                        {DType::f16, false, ScaleMode::none, ScaleMode::none},
+                        {DType::bf16, true, ScaleMode::per_tensor, ScaleMode::per_tensor},
+                        {DType::bf16, true, ScaleMode::per_token, ScaleMode::per_token},
+                        {DType::bf16, true, ScaleMode::none, ScaleMode::per_token},
+                        {DType::bf16, true, ScaleMode::per_token, ScaleMode::per_tensor}};
   int run = 0;
-  for (const Modes& m : modes)
+  for (const Kind& kind : kinds)
     for (int64_t G : {1, 2, 3, 4, 5, 8})
       for (int64_t lq = 1; lq <= 8 / G; lq = lq < 8 / G ? 8 / G : lq + 1) {  // 1, then 8 / G if larger
-        PagedConfig c = fp8(base(), m.k);
-        c.v_scale_mode = m.v;
+        PagedConfig c = base(kind.dtype);
+        if (kind.fp8) {
+          c = fp8(c, kind.k);
+          c.v_scale_mode = kind.v;
+        }
         c.kv_heads = 2, c.heads = 2 * G;
         c.block_size = run % 2 ? 128 : 16;
         c.context_lens = {1, 33, 0, 700, 2049, 64};
@@ -482,23 +489,24 @@ TEST(PagedCuda, EightRowTileKeysAsM) {
         const uint64_t seed = flashgate::harness::fresh_seed();
         SCOPED_TRACE(seed_note(seed, c));
         const Reference r = reference(c, seed);
-        for (int splits : {1, 3}) {
-          SCOPED_TRACE("splits " + std::to_string(splits));
-          ForcedSplits forced(splits);
-          const OwnedTensor narrow = run_gpu(r.host);
-          expect_matches(narrow, r.o, c);
-          ForcedWideRows wide_rows;
-          fgtest::expect_close("o vs the 16-row layout", narrow, run_gpu(r.host), kTolerance);
-        }
+        for (int splits : {1, 3})
+          for (int heads : {1, 2}) {
+            const ForcedServingPlan forced(heads, /*stages=*/0, splits);
+            SCOPED_TRACE(forced.note);
+            const OwnedTensor narrow = run_gpu(r.host);
+            expect_matches(narrow, r.o, c);
+            ForcedWideRows wide_rows;
+            fgtest::expect_close("o vs the 16-row layout", narrow, run_gpu(r.host), kTolerance);
+          }
       }
 }
 
-// The planner's table lookup (host code, no GPU needed): fp8 blocks of at most 8 rows with heads up to 128 take
-// the 8-row tile; more rows, wider heads and 16-bit caches the 16-row layout.
+// The planner's table lookup (host code, no GPU needed): blocks of at most 8 rows with heads up to 128 take the
+// 8-row tile, every cache kind; more rows and wider heads the 16-row layout; heads up to 64 their own 16-row tile.
 TEST(PagedTable, RowsPickTheTile) {
   using flashgate::cuda::CacheKind;
   using flashgate::cuda::find_paged_mma;
-  for (CacheKind kind : {CacheKind::e4m3, CacheKind::e4m3_tokens}) {
+  for (CacheKind kind : {CacheKind::bf16, CacheKind::f16, CacheKind::e4m3, CacheKind::e4m3_tokens}) {
     EXPECT_EQ(find_paged_mma(kind, 128, 128, 8)->rows, 8);
     EXPECT_EQ(find_paged_mma(kind, 100, 64, 4)->rows, 8);
     EXPECT_EQ(find_paged_mma(kind, 128, 128, 9)->rows, 16);
@@ -506,8 +514,8 @@ TEST(PagedTable, RowsPickTheTile) {
     EXPECT_EQ(find_paged_mma(kind, 129, 128, 8)->rows, 16);
     EXPECT_EQ(find_paged_mma(kind, 577, 512, 8), nullptr);
   }
-  EXPECT_EQ(find_paged_mma(CacheKind::bf16, 128, 128, 8)->rows, 16);
   EXPECT_EQ(find_paged_mma(CacheKind::f16, 64, 64, 1)->kp, 64);
+  EXPECT_EQ(find_paged_mma(CacheKind::bf16, 64, 64, 1)->rows, 16);
 }
 
 // The per-token bias cases of the 16-row layout on the 8-row tile: decode at GQA 8, contexts of 4096 tokens,

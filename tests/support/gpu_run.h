@@ -45,11 +45,11 @@ struct ForcedStages : ScopedEnv {
 struct ForcedHeadsPerCta : ScopedEnv {
   explicit ForcedHeadsPerCta(int n) : ScopedEnv("FLASHGATE_HEADS_PER_CTA", std::to_string(n)) {}
 };
-// All three at once (0: the planner's choice), with a note for SCOPED_TRACE naming the forced ones.
 // FLASHGATE_SERVING_ROWS=16: the 16-row layout where the planner would take an 8-row tile (keys as M).
 struct ForcedWideRows : ScopedEnv {
   ForcedWideRows() : ScopedEnv("FLASHGATE_SERVING_ROWS", "16") {}
 };
+// All three at once (0: the planner's choice), with a note for SCOPED_TRACE naming the forced ones.
 struct ForcedServingPlan {
   ForcedServingPlan(int heads_per_cta, int stages, int splits)
       : heads(heads_per_cta), depth(stages), slices(splits),

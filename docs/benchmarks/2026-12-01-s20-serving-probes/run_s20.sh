@@ -1,0 +1,79 @@
+#!/bin/bash
+# Session 20 device runs: `run_s20.sh N` runs run N from the repository root on the H200 and writes its logs under
+# $OUT. Binaries built on the CPU machine for sm_90a (build-dev) come carried as .devbin/<name>.tar.xz (git-ignored).
+cd "$(dirname "$0")/../../.."
+export PYTHONUNBUFFERED=1 FLASHGATE_CPU_THREADS=16
+SECONDS=0
+. docs/benchmarks/serving_probe_steps.sh  # unpack, the validation steps, main_package
+# bench_variants "NAME[=ENV=VALUE] ..." [PKG]: the benchmark's serving rows with a package (default .devbin/py/main),
+# once per variant
+bench_variants() {
+  local v
+  for v in $1; do
+    FLASHGATE_GIT_REV=$(cat .devbin/rev 2>/dev/null) PYTHONPATH=${2:-.devbin/py/main} timeout 200 \
+      env ${v#*=} python3 bench/run.py --out $OUT/bench_${v%%=*} --rows ctx --only serving > $OUT/bench_${v%%=*}.log 2>&1
+    echo "bench ${v%%=*} rc=$? at ${SECONDS}s"
+  done
+}
+# variant_package NAME FILE SED: the package of this tree with one sed edit of FILE, into .devbin/py/NAME
+variant_package() {
+  rm -rf /tmp/tree_$1 .devbin/py/$1 && mkdir -p /tmp/tree_$1 && git ls-files -z | xargs -0 cp --parents -t /tmp/tree_$1 \
+    && sed -i "$3" /tmp/tree_$1/$2 && ! cmp -s $2 /tmp/tree_$1/$2 || { echo "variant $1: sed changed nothing"; return 1; }
+  CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
+    --target .devbin/py/$1 -C build-dir=/tmp/build-wheel/$1 -C cmake.define.FLASHGATE_CUDA_TARGETS=90a /tmp/tree_$1 \
+    > $OUT/pip_$1.log 2>&1
+  echo "pip $1 rc=$? at ${SECONDS}s"
+}
+case "$1" in
+  1) # branch bf16-eight-rows (.devbin/gpu_s20a.tar.xz): 16-bit D128 row blocks of <= 8 rows (decode at GQA <= 8) take
+     # the 8-row tile (keys as the mma's M) as fp8 does (180 registers on sm_90a, no spills). Serving suite (new:
+     # DecodeCuda.EightRowTileKeysAsM, PagedCuda.EightRowTileKeysAsM over bf16 / f16), memcheck over the 8-row tests
+     # and the decode gate tests, racecheck over a small decode test; this tree's package and the serving rows: 8-row,
+     # 16-row, 8-row again; a variant package whose 16-bit 8-row tile runs 3 CTAs per SM (167 registers, no spills)
+     unpack gpu_s20a; NEW=$B
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'DecodeCuda.EightRow*:PagedCuda.EightRowTileKeysAsM:DecodeCuda.GateSinkWindow:DecodeCuda.UnalignedQueryRows'
+     racecheck $NEW 'DecodeCuda.Bf16AndF16'
+     main_package
+     bench_variants "rows8=FLASHGATE_SERVING_ROWS=8 rows16=FLASHGATE_SERVING_ROWS=16 rows8b=FLASHGATE_SERVING_ROWS=8"
+     variant_package occ3 src/cuda/portable/paged_tile.cuh 's/VP <= 64 ? 3 : 2;/VP <= 64 || kKeysAsM ? 3 : 2;/' \
+       && bench_variants "occ3=X=1" .devbin/py/occ3
+     (cd $OUT && tar -czf run1.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+  2) # branch fp8-heads-in-turn (.devbin/gpu_s20b.tar.xz): the fp8 8-row tile takes several kv heads in turn (as the
+     # 16-bit kernels do), so that fp8 B128/1024 (1024 (sequence, head) pairs on 528 slots: two waves with a trough
+     # between them, session 12) runs one wave of 512 CTAs; sm_90a spills 36 B per tensor, 104 B per token at its
+     # 128 registers. Serving suite, memcheck over the 8-row tests; this tree's package: the serving rows at the
+     # planner's heads per CTA, at one head per CTA (the spills' cost alone), and again; a package without the change
+     # (branch bf16-eight-rows' tree) between them
+     unpack gpu_s20b; NEW=$B
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'PagedCuda.EightRowTileKeysAsM'
+     main_package
+     bench_variants "hit=X=1 hit_h1=FLASHGATE_HEADS_PER_CTA=1"
+     variant_package base src/cuda/portable/paged_tile.cuh 's/kHeadsInTurn = !Traits::kFp8 || kKeysAsM;/kHeadsInTurn = !Traits::kFp8;/' \
+       && bench_variants "base=X=1" .devbin/py/base
+     bench_variants "hit2=X=1"
+     (cd $OUT && tar -czf run2.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+  3) # branch bf16-eight-rows 5082c56 (.devbin/gpu_s20c.tar.xz), the tree to merge: default run, ptx and the whole GPU
+     # suite, memcheck over the paged 8-row test (two heads per CTA new for 16-bit caches); this tree's package, pytest on
+     # the GPU, the benchmark (of record); then ncu kernel times of paged B64 at contexts 1024-8192 (one split: a fixed
+     # partition) for bf16, fp8 per tensor and per token, for a fit of streaming rate and fixed cost per launch
+     unpack gpu_s20c; NEW=$B
+     main_job $NEW
+     timeout 330 $NEW/flashgate_gpu_tests > $OUT/gpu_tests_all.log 2>&1
+     echo "whole GPU suite rc=$? at ${SECONDS}s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/gpu_tests_all.log | tr '\n' ' ')"
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests_all.log | head -5
+     memcheck $NEW 'PagedCuda.EightRowTileKeysAsM'
+     main_package; gpu_pytest; serving_bench
+     grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
+     for mode in "" "--fp8 per-tensor" "--fp8 per-token"; do for L in 1024 2048 4096 8192; do
+       row="--op paged --batch 64 --seqlen $L --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --backend cuda --no-check $mode"
+       t=$(FLASHGATE_NUM_SPLITS=1 timeout 60 ncu --clock-control none -k regex:paged_mma_kernel --launch-skip 2 --launch-count 3 \
+         --metrics gpu__time_duration.sum $NEW/flashgate run $row --iters 6 2>&1 | awk '/gpu__time_duration.sum/ {print $NF}' | tr '\n' ' ')
+       echo "FLASHGATE_NUM_SPLITS=1 $row: $t"
+     done; done > $OUT/fit.log 2>&1; cat $OUT/fit.log
+     (cd $OUT && tar -czf run3.tgz bench *.log && rm -rf bench *.log) ;;
+esac
+echo "total ${SECONDS}s"
