@@ -24,6 +24,14 @@ variant_package() {
     > $OUT/pip_$1.log 2>&1
   echo "pip $1 rc=$? at ${SECONDS}s"
 }
+# tree_package NAME TARBALL: the package of a carried tree (git archive), into .devbin/py/NAME
+tree_package() {
+  rm -rf /tmp/tree_$1 .devbin/py/$1 && mkdir -p /tmp/tree_$1 && tar -xf $2 -C /tmp/tree_$1
+  CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
+    --target .devbin/py/$1 -C build-dir=/tmp/build-wheel/$1 -C cmake.define.FLASHGATE_CUDA_TARGETS=90a /tmp/tree_$1 \
+    > $OUT/pip_$1.log 2>&1
+  echo "pip $1 rc=$? at ${SECONDS}s"
+}
 case "$1" in
   1) # branch bf16-eight-rows (.devbin/gpu_s20a.tar.xz): 16-bit D128 row blocks of <= 8 rows (decode at GQA <= 8) take
      # the 8-row tile (keys as the mma's M) as fp8 does (180 registers on sm_90a, no spills). Serving suite (new:
@@ -75,5 +83,21 @@ case "$1" in
        echo "FLASHGATE_NUM_SPLITS=1 $row: $t"
      done; done > $OUT/fit.log 2>&1; cat $OUT/fit.log
      (cd $OUT && tar -czf run3.tgz bench *.log && rm -rf bench *.log) ;;
+  4) # branch value-words (.devbin/gpu_s20d.tar.xz): both layouts load their value words through one helper; the SASS
+     # changed (schedules, address folding; bf16 D256 / D512 most), registers within 2, no spills. Serving suite; this
+     # tree's package against main's (.devbin/main_tree.tar, main's kernels = run 3's) on the serving rows, main first
+     # and last; ncu kernel times of paged bf16 D256 and D512 B8/32768 (no benchmark row) on both binaries
+     unpack gpu_s20c; MAIN=$B; unpack gpu_s20d; NEW=$B
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     main_package; tree_package base .devbin/main_tree.tar
+     bench_variants "base=X=1" .devbin/py/base; bench_variants "helper=X=1"; bench_variants "base2=X=1" .devbin/py/base
+     for d in 256 512; do for b in main=$MAIN new=$NEW; do
+       row="--op paged --batch 8 --seqlen 32768 --heads 32 --kv-heads 8 --head-dim $d --block-size 16 --backend cuda --no-check"
+       t=$(timeout 60 ncu --clock-control none -k regex:paged_mma_kernel --launch-skip 2 --launch-count 3 \
+         --metrics gpu__time_duration.sum ${b#*=}/flashgate run $row --iters 6 2>&1 | awk '/gpu__time_duration.sum/ {print $NF}' | tr '\n' ' ')
+       echo "${b%%=*} D$d: $t"
+     done; done > $OUT/ncu_wide.log 2>&1; cat $OUT/ncu_wide.log
+     (cd $OUT && tar -czf run4.tgz *.log bench_* && rm -rf *.log bench_*) ;;
 esac
 echo "total ${SECONDS}s"

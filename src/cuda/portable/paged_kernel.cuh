@@ -98,6 +98,17 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
   lo = ptx::pack2<Mma>(x0 - h.x, x1 - h.y);
 }
 
+// The 16 bytes of value rows row, row + 1, row + 8 and row + 9 (row = the warp's first row + 2c) at 16-byte column
+// `chunk` of a stage's values: both layouts' value fragments (Frag::value_pair pairs them).
+template <class Tile>
+__device__ __forceinline__ void load_value_words(const unsigned char* vst, int row, int chunk, uint32_t (&v0)[4],
+                                                 uint32_t (&v1)[4], uint32_t (&v8)[4], uint32_t (&v9)[4]) {
+  lds128(v0, vst + Tile::value_chunk(row, chunk));
+  lds128(v1, vst + Tile::value_chunk(row + 1, chunk));
+  lds128(v8, vst + Tile::value_chunk(row + 8, chunk));
+  lds128(v9, vst + Tile::value_chunk(row + 9, chunk));
+}
+
 }  // namespace paged_detail
 
 template <class Tile>
@@ -514,12 +525,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         // O^T += V^T P^T: value n-tiles t and t + 1 of the 16-row layout are the two halves of one M tile.
 #pragma unroll
         for (int round = 0; round < Tile::kValueRounds; ++round) {
-          const int chunk = round * 8 + g;
           uint32_t v0[4], v1[4], v8[4], v9[4];
-          lds128(v0, vst + Tile::value_chunk(wrow + 2 * c, chunk));
-          lds128(v1, vst + Tile::value_chunk(wrow + 2 * c + 1, chunk));
-          lds128(v8, vst + Tile::value_chunk(wrow + 2 * c + 8, chunk));
-          lds128(v9, vst + Tile::value_chunk(wrow + 2 * c + 9, chunk));
+          paged_detail::load_value_words<Tile>(vst, wrow + 2 * c, round * 8 + g, v0, v1, v8, v9);
 #pragma unroll
           for (int t = 0; t < E; t += 2) {
             const uint32_t a[4] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v0, v1, t + 1),
@@ -658,12 +665,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         // O += P V over this warp's value dims.
 #pragma unroll
         for (int round = 0; round < Tile::kValueRounds; ++round) {
-          const int chunk = (wv * VW * Tile::kBytes) / 16 + round * 8 + g;
           uint32_t v0[4], v1[4], v8[4], v9[4];
-          lds128(v0, vst + Tile::value_chunk(wrow + 2 * c, chunk));
-          lds128(v1, vst + Tile::value_chunk(wrow + 2 * c + 1, chunk));
-          lds128(v8, vst + Tile::value_chunk(wrow + 2 * c + 8, chunk));
-          lds128(v9, vst + Tile::value_chunk(wrow + 2 * c + 9, chunk));
+          paged_detail::load_value_words<Tile>(vst, wrow + 2 * c, (wv * VW * Tile::kBytes) / 16 + round * 8 + g, v0, v1, v8, v9);
 #pragma unroll
           for (int t = 0; t < E; ++t) {
             const uint32_t b[2] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v8, v9, t)};
