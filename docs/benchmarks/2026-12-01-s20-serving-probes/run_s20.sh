@@ -99,5 +99,11 @@ case "$1" in
        echo "${b%%=*} D$d: $t"
      done; done > $OUT/ncu_wide.log 2>&1; cat $OUT/ncu_wide.log
      (cd $OUT && tar -czf run4.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+  5) # main 774be04 (kernels as run 4's helper): does a finer static partition shorten the ragged end of the one-wave
+     # rows? The serving rows at the planner's split count and at 2, 3, 4 splits forced for every row (read only the
+     # rows the planner runs unsplit: B64/4096 and B128/1024), the planner's again
+     main_package
+     bench_variants "plan=X=1 sp2=FLASHGATE_NUM_SPLITS=2 sp3=FLASHGATE_NUM_SPLITS=3 sp4=FLASHGATE_NUM_SPLITS=4 plan2=X=1"
+     (cd $OUT && tar -czf run5.tgz *.log bench_* && rm -rf *.log bench_*) ;;
 esac
 echo "total ${SECONDS}s"
