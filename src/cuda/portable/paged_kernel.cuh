@@ -31,8 +31,9 @@
 // - Row blocks of at most 8 rows (decode at GQA <= 8 under the caller's max_seqlen_q) take an 8-row tile on
 //   D128, every cache kind (PagedTile::kKeysAsM): keys become the mma's M, S^T = K Q^T and O^T = V^T P^T with
 //   the rows in n8, so a warp's 16 keys cost 8 + 8 mmas instead of 16 + 16 and a lane holds 4 scores and 32
-//   accumulators instead of 8 and 64. The key and value fragments are the 16-row layout's (its B operands, paired into A);
-//   P^T reaches the B operand by movmatrix (the transpose the 16-row layout avoids by keeping P in C's layout).
+//   accumulators instead of 8 and 64. The key and value fragments are the 16-row layout's (its B operands,
+//   paired into A); P^T reaches the B operand by movmatrix (the transpose the 16-row layout avoids by keeping P
+//   in C's layout).
 // - Scores live in the exp2 domain (scale * log2 e folded once); the decode gate term arrives precomputed
 //   per (query head, key) from a suffix-sum pre-kernel (decode_gate.cu).
 // - One split: the CTA writes o. Several: normalised partial o (fp32) and its log2 sum go to the
@@ -666,7 +667,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
 #pragma unroll
         for (int round = 0; round < Tile::kValueRounds; ++round) {
           uint32_t v0[4], v1[4], v8[4], v9[4];
-          paged_detail::load_value_words<Tile>(vst, wrow + 2 * c, (wv * VW * Tile::kBytes) / 16 + round * 8 + g, v0, v1, v8, v9);
+          const int chunk = (wv * VW * Tile::kBytes) / 16 + round * 8 + g;
+          paged_detail::load_value_words<Tile>(vst, wrow + 2 * c, chunk, v0, v1, v8, v9);
 #pragma unroll
           for (int t = 0; t < E; ++t) {
             const uint32_t b[2] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v8, v9, t)};
