@@ -425,6 +425,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       const float* vscales = kscales + KS;
       const int wrow = wk * Tile::kKeysPerWarp;            // this warp's first key row in the stage
       const int key0 = slice.begin + tile * KS + wrow;     // its first key (local position)
+      // Q's A fragment of k-step ks (the 16-row layout's; with keys as M its registers 0 and 2 are Q^T's B
+      // fragment): from registers, or from shared memory where the tile keeps none (kQInRegisters).
+      auto query_words = [&](int ks, uint32_t (&q)[4]) {
+        if constexpr (Tile::kQInRegisters) {
+          q[0] = qreg[ks][0], q[1] = qreg[ks][1], q[2] = qreg[ks][2], q[3] = qreg[ks][3];
+        } else {
+          lds128(q, qfrag + (ks * 32 + lane) * 4);
+        }
+      };
       // 16 bytes of key rows g and g + 8 at lane column c of key round `round`: both layouts' key fragments.
       auto load_key_words = [&](int round, uint32_t (&kw)[2][4]) {
 #pragma unroll
@@ -448,12 +457,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
             Frag::key_fragment(kw[0], step, k0);
             Frag::key_fragment(kw[1], step, k8);
             const uint32_t a[4] = {k0[0], k8[0], k0[1], k8[1]};
-            uint32_t q[4];  // Q's A fragment of the 16-row layout: its row-g registers are Q^T's B fragment
-            if constexpr (Tile::kQInRegisters) {
-              q[0] = qreg[ks][0], q[2] = qreg[ks][2];
-            } else {
-              lds128(q, qfrag + (ks * 32 + lane) * 4);
-            }
+            uint32_t q[4];
+            query_words(ks, q);
             const uint32_t b[2] = {q[0], q[2]};
             ptx::mma_16816<Mma>(round % 2 ? s_odd : s, a, b);
           }
@@ -547,11 +552,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
           for (int step = 0; step < Frag::kStepsPerKeyLoad; ++step) {
             const int ks = round * Frag::kStepsPerKeyLoad + step;
             uint32_t a[4];
-            if constexpr (Tile::kQInRegisters) {
-              a[0] = qreg[ks][0], a[1] = qreg[ks][1], a[2] = qreg[ks][2], a[3] = qreg[ks][3];
-            } else {
-              lds128(a, qfrag + (ks * 32 + lane) * 4);
-            }
+            query_words(ks, a);
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
               uint32_t b[2];
