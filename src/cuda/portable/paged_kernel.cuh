@@ -277,7 +277,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     const int ln = tid >> 2, reg = tid & 3;
     const int r = (ln >> 2) + ((reg & 1) ? 8 : 0), half = reg >> 1;
     const RowInfo ri = row_info(p, rb, kv_head, r);
-    const auto* row = static_cast<const unsigned char*>(p.q) + (ri.q_row * p.q_row_stride + ri.head * p.q_head_stride) * 2;
+    const auto* row =
+        static_cast<const unsigned char*>(p.q) + (ri.q_row * p.q_row_stride + ri.head * p.q_head_stride) * 2;
 #pragma unroll
     for (int ks = 0; ks < Tile::kKSteps; ++ks) {
       const int d0 = Frag::key_dim(ks, ln & 3, half, 0);
@@ -752,7 +753,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + tid]);
       const float mu = m == -INFINITY ? 0.f : m;
 #pragma unroll
-      for (int w = 0; w < Tile::WK; ++w) l += red_sum[w * Tile::kRows + tid] * exp2f(red_max[w * Tile::kRows + tid] - mu);
+      for (int w = 0; w < Tile::WK; ++w)
+        l += red_sum[w * Tile::kRows + tid] * exp2f(red_max[w * Tile::kRows + tid] - mu);
       const bool v_per_tensor = !v_per_token && p.v_scale_mode == CacheScale::per_tensor;
       float vmul = v_per_tensor ? p.v_scale[0] : 1.f;
       const int head = rows->head[tid];
