@@ -105,5 +105,11 @@ case "$1" in
      main_package
      bench_variants "plan=X=1 sp2=FLASHGATE_NUM_SPLITS=2 sp3=FLASHGATE_NUM_SPLITS=3 sp4=FLASHGATE_NUM_SPLITS=4 plan2=X=1"
      (cd $OUT && tar -czf run5.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+  6) # main f0f4097 (kernels as runs 4-5): the split rows' slice counts. The planner gives fp8 verify 3x4 128K 22 slices
+     # (528 CTAs, one wave at 4 per SM; 1.79x, 0.5% short of 1.8x), bf16 11, B1/131072 66 (fp8) / 33 (bf16): the serving
+     # rows at 16, 22, 33, 44, 66 slices forced for every row (read the split rows only) and at the planner's
+     main_package
+     bench_variants "plan=X=1 sp16=FLASHGATE_NUM_SPLITS=16 sp22=FLASHGATE_NUM_SPLITS=22 sp33=FLASHGATE_NUM_SPLITS=33 sp44=FLASHGATE_NUM_SPLITS=44 sp66=FLASHGATE_NUM_SPLITS=66"
+     (cd $OUT && tar -czf run6.tgz *.log bench_* && rm -rf *.log bench_*) ;;
 esac
 echo "total ${SECONDS}s"
