@@ -111,5 +111,15 @@ case "$1" in
      main_package
      bench_variants "plan=X=1 sp16=FLASHGATE_NUM_SPLITS=16 sp22=FLASHGATE_NUM_SPLITS=22 sp33=FLASHGATE_NUM_SPLITS=33 sp44=FLASHGATE_NUM_SPLITS=44 sp66=FLASHGATE_NUM_SPLITS=66"
      (cd $OUT && tar -czf run6.tgz *.log bench_* && rm -rf *.log bench_*) ;;
+  7) # main (as run 6): run 6 found the split rows faster with fewer slices than the planner's one full wave (fp8 per
+     # tensor B1/131072 33 slices -4.4%, verify 32K 16 slices -2.6%, bf16 B1/131072 16 slices -2%; per token B1 33
+     # slices +3%). Packages whose split model sees half (half) and three quarters (q3) of the resident slots, against
+     # this tree's (plan), plan first and last
+     main_package
+     variant_package half src/cuda/portable/serving.cpp 's/  q.slots = slots;/  q.slots = std::max<int64_t>(slots \/ 2, 1);/'
+     variant_package q3 src/cuda/portable/serving.cpp 's/  q.slots = slots;/  q.slots = std::max<int64_t>(slots * 3 \/ 4, 1);/'
+     bench_variants "plan=X=1"; bench_variants "half=X=1" .devbin/py/half; bench_variants "q3=X=1" .devbin/py/q3
+     bench_variants "plan2=X=1"
+     (cd $OUT && tar -czf run7.tgz *.log bench_* && rm -rf *.log bench_*) ;;
 esac
 echo "total ${SECONDS}s"
