@@ -65,6 +65,18 @@ __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
+// Reductions over the 8 threads of an mma column (lanes c, c+4, ..., c+28 hold one accumulator column between
+// them: a row's values where the rows lie in the mma's n, as in the serving kernel's 8-row tile).
+__device__ __forceinline__ float column_max(float x) {
+#pragma unroll
+  for (int m = 4; m <= 16; m <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  return x;
+}
+__device__ __forceinline__ float column_sum(float x) {
+#pragma unroll
+  for (int m = 4; m <= 16; m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
 #endif
 
 }  // namespace flashgate::cuda

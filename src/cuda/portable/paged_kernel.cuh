@@ -486,19 +486,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
             if (visible(j, i & 1)) s[i] += p.gate_bias[rows->gate_row[my_row(i & 1)] + j];
           }
         }
-        // A row's keys lie across the 8 lanes of its column (lane bits 2-4).
-        auto keys_max = [](float x) {
-#pragma unroll
-          for (int m = 4; m <= 16; m <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
-          return x;
-        };
+        // A row's keys lie across the 8 lanes of its column (column_max).
         float factor[2];
 #pragma unroll
-        for (int rs = 0; rs < 2; ++rs) factor[rs] = softmax[rs].rescale(keys_max(fmaxf(s[rs], s[2 + rs])));
+        for (int rs = 0; rs < 2; ++rs) factor[rs] = softmax[rs].rescale(column_max(fmaxf(s[rs], s[2 + rs])));
         float v_scale[2] = {0.f, 0.f};  // keys g, g + 8
         if (v_per_token) {
           v_scale[0] = vscales[wrow + g], v_scale[1] = vscales[wrow + g + 8];
-          raise_v_unit(keys_max(fmaxf(v_scale[0], v_scale[1])), factor);
+          raise_v_unit(column_max(fmaxf(v_scale[0], v_scale[1])), factor);
         }
         if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
 #pragma unroll
@@ -703,15 +698,11 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     float* red_sum = red_max + Tile::WK * Tile::kRows;           // [WK][16]
     float* row_scale = red_sum + Tile::WK * Tile::kRows;         // [16]
     float* row_lse = row_scale + Tile::kRows;                    // [16]
-    // A row's partial sums lie in its 4 lanes (lane bits 0-1), or with keys as M its 8 (bits 2-4).
+    // A row's partial sums lie in its quad, or with keys as M in its column.
     float row_sum[2];
 #pragma unroll
     for (int rs = 0; rs < 2; ++rs) {
-      float x = softmax[rs].sum;
-#pragma unroll
-      for (int m = Tile::kKeysAsM ? 4 : 1; m <= (Tile::kKeysAsM ? 16 : 2); m <<= 1)
-        x += __shfl_xor_sync(0xffffffffu, x, m);
-      row_sum[rs] = x;
+      row_sum[rs] = Tile::kKeysAsM ? column_sum(softmax[rs].sum) : quad_sum(softmax[rs].sum);
     }
     if (wv == 0 && (Tile::kKeysAsM ? g : c) == 0) {
 #pragma unroll

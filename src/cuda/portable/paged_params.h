@@ -28,7 +28,9 @@ FG_HOST_DEVICE int64_t floor_div(int64_t a, int64_t b) {  // b > 0
   const int64_t q = a / b;
   return q * b > a ? q - 1 : q;
 }
-FG_HOST_DEVICE int64_t first_token_block(int64_t n, int64_t cu_q_n, int64_t tq) { return n + floor_div(cu_q_n - n, tq); }
+FG_HOST_DEVICE int64_t first_token_block(int64_t n, int64_t cu_q_n, int64_t tq) {
+  return n + floor_div(cu_q_n - n, tq);
+}
 FG_HOST_DEVICE int64_t token_block_bound(int64_t num_seqs, int64_t total_q, int64_t tq) {
   return num_seqs + floor_div(total_q - num_seqs, tq);
 }
