@@ -179,7 +179,7 @@ TEST(DecodeCuda, ManySequences) {
 }
 
 // Each split count gives the unsplit result within tolerance (and the reference); gate terms are absolute
-// per key, so slices need no correction.
+// per key, so slices need no correction. The counts cross each merge batch size (8, 16, 32, 64 splits).
 TEST(DecodeCuda, EverySplitCountAgrees) {
   FLASHGATE_REQUIRE_GPU();
   DecodeConfig c = base();
@@ -196,7 +196,7 @@ TEST(DecodeCuda, EverySplitCountAgrees) {
     unsplit = run_gpu(r.host);
   }
   fgtest::expect_close("o (1 split)", unsplit, r.o, kTolerance);
-  for (int splits : {2, 3, 5, 16, 100}) {
+  for (int splits : {2, 3, 5, 9, 16, 17, 33, 100}) {
     SCOPED_TRACE("splits " + std::to_string(splits));
     ForcedSplits forced(splits);
     const OwnedTensor out = run_gpu(r.host);

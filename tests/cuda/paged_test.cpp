@@ -535,7 +535,8 @@ TEST(PagedCuda, EightRowTilePerTokenBias) {
 
 // ---- split-KV ----------------------------------------------------------------------------------------
 
-// Each split count gives the unsplit result within tolerance (and the reference), slices empty included.
+// Each split count gives the unsplit result within tolerance (and the reference), slices empty included; the
+// counts reach both ends of every merge batch size (8, 16, 32, 64 splits; two batches past 64).
 TEST(PagedCuda, EverySplitCountAgrees) {
   FLASHGATE_REQUIRE_GPU();
   for (bool use_fp8 : {false, true}) {
@@ -554,7 +555,7 @@ TEST(PagedCuda, EverySplitCountAgrees) {
       unsplit = run_gpu(r.host);
     }
     expect_matches(unsplit, r.o, c);
-    for (int splits : {2, 3, 7, 16, 64, 128}) {
+    for (int splits : {2, 3, 7, 8, 9, 16, 17, 32, 33, 64, 65, 128}) {
       SCOPED_TRACE("splits " + std::to_string(splits));
       ForcedSplits forced(splits);
       const OwnedTensor out = run_gpu(r.host);

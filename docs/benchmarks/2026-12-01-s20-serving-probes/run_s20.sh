@@ -4,35 +4,7 @@
 cd "$(dirname "$0")/../../.."
 export PYTHONUNBUFFERED=1 FLASHGATE_CPU_THREADS=16
 SECONDS=0
-. docs/benchmarks/serving_probe_steps.sh  # unpack, the validation steps, main_package
-# bench_variants "NAME[=ENV=VALUE] ..." [PKG]: the benchmark's serving rows with a package (default .devbin/py/main),
-# once per variant
-bench_variants() {
-  local v
-  for v in $1; do
-    FLASHGATE_GIT_REV=$(cat .devbin/rev 2>/dev/null) PYTHONPATH=${2:-.devbin/py/main} timeout 200 \
-      env ${v#*=} python3 bench/run.py --out $OUT/bench_${v%%=*} --rows ctx --only serving > $OUT/bench_${v%%=*}.log 2>&1
-    echo "bench ${v%%=*} rc=$? at ${SECONDS}s"
-  done
-}
-# variant_package NAME FILE SED: the package of this tree with one sed edit of FILE, into .devbin/py/NAME
-variant_package() {
-  rm -rf /tmp/tree_$1 .devbin/py/$1 && mkdir -p /tmp/tree_$1 \
-    && tar -c --exclude=./.git --exclude=./.devbin --exclude=./.peers --exclude='./build*' . | tar -x -C /tmp/tree_$1 \
-    && sed -i "$3" /tmp/tree_$1/$2 && ! cmp -s $2 /tmp/tree_$1/$2 || { echo "variant $1: sed changed nothing"; return 1; }
-  CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
-    --target .devbin/py/$1 -C build-dir=/tmp/build-wheel/$1 -C cmake.define.FLASHGATE_CUDA_TARGETS=90a /tmp/tree_$1 \
-    > $OUT/pip_$1.log 2>&1
-  echo "pip $1 rc=$? at ${SECONDS}s"
-}
-# tree_package NAME TARBALL: the package of a carried tree (git archive), into .devbin/py/NAME
-tree_package() {
-  rm -rf /tmp/tree_$1 .devbin/py/$1 && mkdir -p /tmp/tree_$1 && tar -xf $2 -C /tmp/tree_$1
-  CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 300 python3 -m pip install -q --no-build-isolation --no-deps \
-    --target .devbin/py/$1 -C build-dir=/tmp/build-wheel/$1 -C cmake.define.FLASHGATE_CUDA_TARGETS=90a /tmp/tree_$1 \
-    > $OUT/pip_$1.log 2>&1
-  echo "pip $1 rc=$? at ${SECONDS}s"
-}
+. docs/benchmarks/serving_probe_steps.sh  # unpack, the validation steps, the packages, bench_variants
 case "$1" in
   1) # branch bf16-eight-rows (.devbin/gpu_s20a.tar.xz): 16-bit D128 row blocks of <= 8 rows (decode at GQA <= 8) take
      # the 8-row tile (keys as the mma's M) as fp8 does (180 registers on sm_90a, no spills). Serving suite (new:

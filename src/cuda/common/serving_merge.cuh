@@ -24,15 +24,16 @@ __device__ __forceinline__ float warp_sum(float x) {
 
 // Merges `splits` partials of one row (lse at lse[s * lse_stride], o at o[s * o_stride + d]) into
 // out(d, value) for d = dim_begin + lane < dim_end (one dim per lane, at most 32 per call). The kernel is
-// latency-bound (a long context has tens of splits per row), so the splits go in batches of kSplitBatch
-// whose lse values (two per lane) and partials (one per split for the lane's dim) are all in flight before
-// any is used: up to 64 splits cost one round trip. Batches combine like the online softmax (running max,
-// rescaled sums); a lane's weight reaches the others by shuffle.
-template <class Store>
+// latency-bound (a long context has tens of splits per row), so the splits go in batches of kBatch whose
+// lse values (kBatch / 32 per lane) and partials (one per split for the lane's dim) are all in flight before
+// any is used: a batch costs one round trip. The launcher takes the smallest batch that holds every split,
+// since each load of a batch is an L2 request whether or not its split exists. Batches combine like the
+// online softmax (running max, rescaled sums); a lane's weight reaches the others by shuffle.
+template <int kBatch, class Store>
 __device__ __forceinline__ void merge_split_row(const float* lse, int64_t lse_stride, const float* o, int64_t o_stride,
                                                 int splits, int dim_begin, int dim_end, bool has_sink, float sink,
                                                 Store&& out) {
-  constexpr int kSplitBatch = 64;
+  constexpr int kLsePerLane = (kBatch + 31) / 32;
   const int lane = threadIdx.x & 31;
   const int d = min(dim_begin + lane, dim_end - 1);  // lanes past the dims read a valid address, store nothing
   // Indices past the last split repeat it, so that every load is unpredicated (predicated ones were put next
@@ -42,20 +43,29 @@ __device__ __forceinline__ void merge_split_row(const float* lse, int64_t lse_st
   // A select, not a branch: an empty slice (or a repeated index) weighs 0 whatever its partial holds.
   auto take = [](float w, float part) { return w != 0.f ? w * part : 0.f; };
   float m = -INFINITY, z = 0.f, x = 0.f;  // running max of lse, sum of weights and o numerator relative to it
-  for (int s0 = 0; s0 < splits; s0 += kSplitBatch) {
-    const float l0 = __ldcg(lse + at(s0 + lane) * lse_stride), l1 = __ldcg(lse + at(s0 + 32 + lane) * lse_stride);
-    float part[kSplitBatch];
+  for (int s0 = 0; s0 < splits; s0 += kBatch) {
+    float l[kLsePerLane], part[kBatch];
 #pragma unroll
-    for (int u = 0; u < kSplitBatch; ++u) part[u] = __ldcg(o + at(s0 + u) * o_stride + d);
-    const float lse0 = s0 + lane < splits ? l0 : -INFINITY, lse1 = s0 + 32 + lane < splits ? l1 : -INFINITY;
-    const float m_new = fmaxf(m, warp_max(fmaxf(lse0, lse1)));
+    for (int j = 0; j < kLsePerLane; ++j) l[j] = __ldcg(lse + at(s0 + 32 * j + lane) * lse_stride);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) part[u] = __ldcg(o + at(s0 + u) * o_stride + d);
+    float batch_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kLsePerLane; ++j) {  // lane's split s0 + 32 j + lane: in this batch and real, or -inf
+      const int u = 32 * j + lane;
+      l[j] = u < kBatch && s0 + u < splits ? l[j] : -INFINITY;
+      batch_max = fmaxf(batch_max, l[j]);
+    }
+    const float m_new = fmaxf(m, warp_max(batch_max));
     if (m_new == -INFINITY) continue;  // no slice with keys yet (the same in every lane)
     const float rescale = exp2f(m - m_new);  // 0 while m is -inf
     x *= rescale, z *= rescale, m = m_new;
-    const float w0 = exp2f(lse0 - m), w1 = exp2f(lse1 - m);  // weights of splits s0 + lane, s0 + 32 + lane
-    z += warp_sum(w0 + w1);
+    float w_sum = 0.f;  // from here l[j] is the weight of split s0 + 32 j + lane
 #pragma unroll
-    for (int u = 0; u < kSplitBatch; ++u) x += take(__shfl_sync(0xffffffffu, u < 32 ? w0 : w1, u & 31), part[u]);
+    for (int j = 0; j < kLsePerLane; ++j) l[j] = exp2f(l[j] - m), w_sum += l[j];
+    z += warp_sum(w_sum);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) x += take(__shfl_sync(0xffffffffu, l[u / 32], u & 31), part[u]);
   }
   const RowResult res = finish_row(m, z, has_sink, sink);
   if (dim_begin + lane < dim_end) out(dim_begin + lane, x * res.o_scale);

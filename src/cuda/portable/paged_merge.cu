@@ -13,6 +13,7 @@ namespace {
 
 constexpr int kWarps = 4;
 
+template <int kBatch>
 __global__ void __launch_bounds__(kWarps * 32) paged_merge_kernel(const ServingParams p) {
   const int warp = threadIdx.x / 32;
   const int dim_slices = (p.V + 31) / 32;
@@ -27,7 +28,7 @@ __global__ void __launch_bounds__(kWarps * 32) paged_merge_kernel(const ServingP
   const float sink = has_sink ? p.sink[head * p.sink_stride] : 0.f;
   const int64_t out = q_row * p.o_row_stride + head * p.o_head_stride;
   ptx::grid_dependency_wait();  // the split kernel's partials (this grid may start during its last CTAs)
-  merge_split_row(p.lse_partial + row, rows, p.o_partial + row * p.V, rows * p.V, p.num_splits, dim_begin,
+  merge_split_row<kBatch>(p.lse_partial + row, rows, p.o_partial + row * p.V, rows * p.V, p.num_splits, dim_begin,
                   min(dim_begin + 32, p.V), has_sink, sink, [&](int d, float x) {
                     if (p.qo_dtype == DType::bf16) static_cast<__nv_bfloat16*>(p.o)[out + d] = __float2bfloat16_rn(x);
                     else if (p.qo_dtype == DType::f16) static_cast<__half*>(p.o)[out + d] = __float2half_rn(x);
@@ -52,7 +53,13 @@ void launch_paged_merge(const ServingParams& p, bool dependent, CUstream_st* str
   config.stream = stream;
   config.attrs = &pdl;
   config.numAttrs = dependent ? 1 : 0;
-  FLASHGATE_CUDA_CHECK(cudaLaunchKernelEx(&config, paged_merge_kernel, p));
+  // The smallest batch that holds every split (one round trip, no loads of splits that do not exist); more
+  // than 64 go in batches of 64 (a batch of 128 spills).
+  const auto kernel = p.num_splits <= 8    ? paged_merge_kernel<8>
+                      : p.num_splits <= 16 ? paged_merge_kernel<16>
+                      : p.num_splits <= 32 ? paged_merge_kernel<32>
+                                           : paged_merge_kernel<64>;
+  FLASHGATE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
   FLASHGATE_CHECK_LAUNCH("paged_merge_kernel");
 }
 

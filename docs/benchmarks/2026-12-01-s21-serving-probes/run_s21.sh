@@ -1,0 +1,57 @@
+#!/bin/bash
+# Session 21 device runs: `run_s21.sh N` runs run N from the repository root on the H200 and writes its logs under
+# $OUT. Binaries built on the CPU machine for sm_90a (build-dev) come carried as .devbin/<name>.tar.xz (git-ignored).
+cd "$(dirname "$0")/../../.."
+export PYTHONUNBUFFERED=1 FLASHGATE_CPU_THREADS=16
+SECONDS=0
+HERE=docs/benchmarks/2026-12-01-s21-serving-probes
+. docs/benchmarks/serving_probe_steps.sh  # unpack, the validation steps, the packages
+# sweep NAME PKG [ROUNDS] [short]: sweep_slices.py with package PKG into $OUT/sweep_NAME.tsv
+sweep() {
+  PYTHONPATH=$2 timeout 300 python3 $HERE/sweep_slices.py $OUT/sweep_$1.tsv ${3:-3} $4 > $OUT/sweep_$1.log 2>&1
+  echo "sweep $1 rc=$? at ${SECONDS}s"
+}
+# kernels BIN NAME ROWFLAGS: every kernel of one `flashgate run` of BIN (ncu, clocks as they run), 6 launches after 4
+kernels() {
+  echo "== $2"
+  timeout 90 ncu --clock-control none --launch-skip 4 --launch-count 6 --metrics gpu__time_duration.sum \
+    $1/flashgate run $3 --iters 8 2>&1 | grep -E '^  [a-z_]+.*\(|gpu__time_duration' | sed 's/ (.*//'
+}
+case "$1" in
+  1) # main (kernels as session 20's run 4): the split rows' slice counts swept in one process for every kind
+     # (sweep_slices.py, 4 rounds interleaved), and every kernel of the split rows' launches (split kernel, merge)
+     main_package
+     PYTHONPATH=.devbin/py/main timeout 400 python3 $HERE/sweep_slices.py $OUT/sweep.tsv 4 > $OUT/sweep.log 2>&1
+     echo "sweep rc=$? at ${SECONDS}s"; tail -3 $OUT/sweep.log
+     unpack gpu_s21a; NEW=$B
+     B1="--op paged --batch 1 --seqlen 131072 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --backend cuda --no-check"
+     V32="--op paged --batch 3 --seqlen 32768 --q-len 4 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --backend cuda --no-check"
+     for m in "" "--fp8 per-tensor" "--fp8 per-token"; do kernels $NEW "B1 $m" "$B1 $m"; kernels $NEW "verify32K $m" "$V32 $m"; done \
+       > $OUT/kernels.log 2>&1
+     (cd $OUT && tar -czf run1.tgz *.log && rm -f *.log) ;;
+  2) # branch merge-batch (.devbin/gpu_s21b.tar.xz): the split merge loads a batch sized to the splits (8, 16, 32 or
+     # 64) instead of 64 always (each load of a batch is an L2 request whether its split exists or not; verify 3x4
+     # 32K's 22 splits loaded 64 partials per lane). Serving suite (EverySplitCountAgrees now crosses every batch
+     # size), memcheck over the split tests; the packages of this tree (batch), main (.devbin/main_tree.tar, base) and
+     # this tree without the merge launch (nomerge: the merge tail's upper bound, outputs wrong); the slice sweep
+     # (short: planner's count and run 1's best) base, batch, nomerge, base again, and batch in full; ncu of every
+     # kernel of the split rows on main's binary (gpu_s21a) and this one
+     unpack gpu_s21a; OLD=$B; unpack gpu_s21b; NEW=$B
+     (main_package; tree_package base .devbin/main_tree.tar
+      variant_package nomerge src/cuda/portable/paged_merge.cu 's/if (items == 0) return;/if (items >= 0) return;/') \
+       > $OUT/packages.log 2>&1 &
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'PagedCuda.EverySplitCountAgrees:DecodeCuda.EverySplitCountAgrees'
+     wait; cat $OUT/packages.log
+     sweep base .devbin/py/base 3 short; sweep batch .devbin/py/main 3 short; sweep nomerge .devbin/py/nomerge 3 short
+     sweep base2 .devbin/py/base 3 short; sweep batch_full .devbin/py/main 3
+     B1="--op paged --batch 1 --seqlen 131072 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --backend cuda --no-check"
+     V32="--op paged --batch 3 --seqlen 32768 --q-len 4 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --backend cuda --no-check"
+     B8="--op paged --batch 8 --seqlen 32768 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --backend cuda --no-check"
+     for b in old=$OLD new=$NEW; do for m in "" "--fp8 per-tensor"; do
+       for r in "B1|$B1" "verify32K|$V32" "B8|$B8"; do kernels ${b#*=} "${b%%=*} ${r%%|*} $m" "${r#*|} $m"; done
+     done; done > $OUT/kernels.log 2>&1
+     (cd $OUT && tar -czf run2.tgz *.log && rm -f *.log) ;;
+esac
+echo "total ${SECONDS}s"
