@@ -53,5 +53,15 @@ case "$1" in
        for r in "B1|$B1" "verify32K|$V32" "B8|$B8"; do kernels ${b#*=} "${b%%=*} ${r%%|*} $m" "${r#*|} $m"; done
      done; done > $OUT/kernels.log 2>&1
      (cd $OUT && tar -czf run2.tgz *.log && rm -f *.log) ;;
+  3) # main 3788bdc (run 2's merge batches): the benchmark of record (serving rows, cuDNN / FA2 / FLA in the same
+     # run); then a package whose split model sees 3 of the 4 resident CTAs per SM for per-tensor fp8 only (runs 1-2:
+     # per tensor B1/131072, verify 32K, B8/32768 1-4% faster at ~3 per SM, verify 128K 0.7% slower; per token
+     # and bf16 best at the full wave) against main's, the sweep's planner rows, alternating twice
+     main_package; serving_bench
+     grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
+     variant_package pt34 src/cuda/portable/serving.cpp 's/  q.slots = slots;/  q.slots = p.cache_dtype == DType::e4m3 \&\& p.k_scale_mode != CacheScale::per_token \&\& p.v_scale_mode != CacheScale::per_token ? slots * 3 \/ 4 : slots;/'
+     sweep main .devbin/py/main 3 short; sweep pt34 .devbin/py/pt34 3 short
+     sweep main2 .devbin/py/main 3 short; sweep pt34b .devbin/py/pt34 3 short
+     (cd $OUT && tar -czf run3.tgz bench *.log && rm -rf bench *.log) ;;
 esac
 echo "total ${SECONDS}s"
