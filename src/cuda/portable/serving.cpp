@@ -199,7 +199,7 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   plan.mma = entry;
   plan.stages = stages;
   const int64_t slots = static_cast<int64_t>(dev.sms) * ctas_per_sm;
-  plan.splits = choose_splits(p, in, slots, shape.keys_per_stage);
+  plan.splits = choose_splits(p, in, split_model_slots(slots, kind == CacheKind::e4m3), shape.keys_per_stage);
   plan.heads_per_cta = choose_heads(p, in, shape, slots, plan.splits);
   plan.dependent_merge = dev.major >= 9;
   return plan;

@@ -42,6 +42,14 @@ inline int choose_key_slices(const SliceProblem& q) {
   return static_cast<int>(best);
 }
 
+// The resident CTAs the split model fills: all of them, except for per-tensor fp8, whose CTAs each stream fast
+// enough that three quarters of the slots saturate DRAM; there fewer slices cost less (fewer CTA starts, a smaller
+// merge). H200, D128 (4 CTAs per SM, so 3): per tensor B1/131072 4.2%, verify 3x4 32K 2.9%, B8/32768 1.6% faster,
+// verify 128K even; per token and 16-bit caches gained nothing below the full wave (session 21).
+inline int64_t split_model_slots(int64_t slots, bool per_tensor_fp8) {
+  return per_tensor_fp8 ? std::max<int64_t>(slots * 3 / 4, 1) : slots;
+}
+
 // Pipeline depth, 2..4 stages: the deepest whose shared memory `bytes(s)` fits `budget` (what lets two CTAs
 // share an SM), then one stage less while that reaches the CTAs per SM the kernel's registers are budgeted
 // for (`target`; `ctas(s)`: resident CTAs at s stages), since more CTAs stream more stages at once than one
