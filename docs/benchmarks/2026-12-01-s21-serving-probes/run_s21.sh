@@ -63,5 +63,20 @@ case "$1" in
      sweep main .devbin/py/main 3 short; sweep pt34 .devbin/py/pt34 3 short
      sweep main2 .devbin/py/main 3 short; sweep pt34b .devbin/py/pt34 3 short
      (cd $OUT && tar -czf run3.tgz bench *.log && rm -rf bench *.log) ;;
+  4) # main cc3e810 (.devbin/gpu_s21c.tar.xz: run 2's merge batches, run 3's per-tensor split model): default run,
+     # the serving suite, memcheck over the split tests; this tree's package, pytest on the GPU, the benchmark (of
+     # record); the sweep's planner rows at the planner's depth and at 4 stages (per-tensor split launches fill 3
+     # CTAs per SM now, whose shared memory holds a fourth stage), alternating
+     unpack gpu_s21c; NEW=$B
+     main_job $NEW
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'PagedCuda.EverySplitCountAgrees:DecodeCuda.EverySplitCountAgrees:PagedCuda.HeuristicSplitsLongVerify'
+     main_package; gpu_pytest; serving_bench
+     grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
+     sweep plan .devbin/py/main 3 short
+     FLASHGATE_SERVING_STAGES=4 sweep st4 .devbin/py/main 3 short
+     sweep plan2 .devbin/py/main 3 short
+     (cd $OUT && tar -czf run4.tgz bench *.log && rm -rf bench *.log) ;;
 esac
 echo "total ${SECONDS}s"
