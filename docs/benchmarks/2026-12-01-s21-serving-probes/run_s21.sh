@@ -78,5 +78,26 @@ case "$1" in
      FLASHGATE_SERVING_STAGES=4 sweep st4 .devbin/py/main 3 short
      sweep plan2 .devbin/py/main 3 short
      (cd $OUT && tar -czf run4.tgz bench *.log && rm -rf bench *.log) ;;
+  5) # branch cluster-merge (.devbin/gpu_s21d.tar.xz): on sm_90 a row block's splits (<= 16) run as one thread-block
+     # cluster and merge through each other's shared memory (no partials, no merge kernel). Serving suite (new:
+     # PagedCuda.ClusterMergeAgreesWithMergeKernel), memcheck and racecheck over the cluster and split tests; packages
+     # of this tree (cl) and main (.devbin/main_tree.tar, base); sweeps (short, now with bf16 B1/131072 at 16 slices)
+     # base, cl, cl with FLASHGATE_SERVING_CLUSTER=0 (the merge kernel: what the kernel's new code costs the loop),
+     # base again; the serving rows base / cl / base / cl (one-pass rows: no cluster, same loop); the benchmark with
+     # this tree's package (peers in the same run)
+     unpack gpu_s21d; NEW=$B
+     (main_package; tree_package base .devbin/main_tree.tar) > $OUT/packages.log 2>&1 &
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'PagedCuda.ClusterMerge*:*EverySplitCountAgrees:PagedCuda.CudaGraphCaptureWithWorkspace'
+     racecheck $NEW 'PagedCuda.ClusterMerge*'
+     wait; cat $OUT/packages.log
+     sweep base .devbin/py/base 3 short; sweep cl .devbin/py/main 3 short
+     FLASHGATE_SERVING_CLUSTER=0 sweep cl_off .devbin/py/main 3 short; sweep base2 .devbin/py/base 3 short
+     bench_variants "base=X=1" .devbin/py/base; bench_variants "cl=X=1"
+     bench_variants "base2=X=1" .devbin/py/base; bench_variants "cl2=X=1"
+     serving_bench
+     grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
+     (cd $OUT && tar -czf run5.tgz bench bench_* *.log && rm -rf bench bench_* *.log) ;;
 esac
 echo "total ${SECONDS}s"

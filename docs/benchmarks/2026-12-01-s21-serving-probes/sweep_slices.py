@@ -24,7 +24,7 @@ COUNTS = {
     "verify 3 x 4 tokens, ctx 32768": [4, 5, 6, 8, 11, 12, 16, 22],
     "verify 3 x 4 tokens, ctx 131072": [4, 6, 8, 11, 12, 16, 22, 33],
 }
-SHORT = {"B8 ctx 32768": [6], "B1 ctx 131072": [33, 44], "verify 3 x 4 tokens, ctx 32768": [16],
+SHORT = {"B8 ctx 32768": [6], "B1 ctx 131072": [16, 33, 44], "verify 3 x 4 tokens, ctx 32768": [16],
          "verify 3 x 4 tokens, ctx 131072": [16]}
 
 
