@@ -28,12 +28,13 @@ __global__ void __launch_bounds__(kWarps * 32) paged_merge_kernel(const ServingP
   const float sink = has_sink ? p.sink[head * p.sink_stride] : 0.f;
   const int64_t out = q_row * p.o_row_stride + head * p.o_head_stride;
   ptx::grid_dependency_wait();  // the split kernel's partials (this grid may start during its last CTAs)
+  auto store = [&](int d, float x) {
+    if (p.qo_dtype == DType::bf16) static_cast<__nv_bfloat16*>(p.o)[out + d] = __float2bfloat16_rn(x);
+    else if (p.qo_dtype == DType::f16) static_cast<__half*>(p.o)[out + d] = __float2half_rn(x);
+    else static_cast<float*>(p.o)[out + d] = x;
+  };
   merge_split_row<kBatch>(p.lse_partial + row, rows, p.o_partial + row * p.V, rows * p.V, p.num_splits, dim_begin,
-                  min(dim_begin + 32, p.V), has_sink, sink, [&](int d, float x) {
-                    if (p.qo_dtype == DType::bf16) static_cast<__nv_bfloat16*>(p.o)[out + d] = __float2bfloat16_rn(x);
-                    else if (p.qo_dtype == DType::f16) static_cast<__half*>(p.o)[out + d] = __float2half_rn(x);
-                    else static_cast<float*>(p.o)[out + d] = x;
-                  });
+                          min(dim_begin + 32, p.V), has_sink, sink, store);
 }
 
 }  // namespace
