@@ -99,5 +99,12 @@ case "$1" in
      serving_bench
      grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
      (cd $OUT && tar -czf run5.tgz bench bench_* *.log && rm -rf bench bench_* *.log) ;;
+  6) # main ceeb481: does the page order cost the paged bf16 one-pass rows (paged B128/1024 0.86-0.88x of copy, decode
+     # on the same contiguous keys 0.89-0.91x)? page_order.py: the benchmark's shuffled block table, pages in order,
+     # and decode over the contiguous copy, one process, 4 rounds
+     main_package
+     PYTHONPATH=.devbin/py/main timeout 200 python3 $HERE/page_order.py $OUT/page_order.tsv 4 > $OUT/page_order.log 2>&1
+     echo "page order rc=$? at ${SECONDS}s"; cat $OUT/page_order.log
+     (cd $OUT && tar -czf run6.tgz *.log && rm -f *.log) ;;
 esac
 echo "total ${SECONDS}s"
