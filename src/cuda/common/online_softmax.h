@@ -77,6 +77,17 @@ __device__ __forceinline__ float column_sum(float x) {
   for (int m = 4; m <= 16; m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
   return x;
 }
+// Reductions over a whole warp (every lane gets the result).
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, m));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int m = 16; m > 0; m /= 2) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
 #endif
 
 }  // namespace flashgate::cuda

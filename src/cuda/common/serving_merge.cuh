@@ -11,17 +11,6 @@
 
 namespace flashgate::cuda {
 
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
-  return x;
-}
-
 // Merges `splits` partials of one row (lse at lse[s * lse_stride], o at o[s * o_stride + d]) into
 // out(d, value) for d = dim_begin + lane < dim_end (one dim per lane, at most 32 per call). The kernel is
 // latency-bound (a long context has tens of splits per row), so the splits go in batches of kBatch whose

@@ -1,19 +1,14 @@
-// Small device helpers of the backward's light kernels: warp and block reductions, grid sizing, and the
-// sequence that holds a token.
+// Small device helpers of the backward's light kernels: block reductions (over warp_sum, online_softmax.h), grid
+// sizing, and the sequence that holds a token.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/online_softmax.h"
 #include "cuda/common/sequence.h"
 
 namespace flashgate::cuda::bwd {
-
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
-  return x;
-}
 
 // Sum over a block of kThreads threads in a fixed order (deterministic); the result is valid in thread 0.
 template <int kThreads>

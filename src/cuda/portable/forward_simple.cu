@@ -17,17 +17,6 @@ constexpr int kWarps = 4;
 constexpr int kMaxDim = 512;
 constexpr int kPerLane = kMaxDim / 32;  // value dims per lane
 
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, d));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int d = 16; d > 0; d /= 2) x += __shfl_xor_sync(0xffffffffu, x, d);
-  return x;
-}
-
 // The packed sequence holding token t: the last n with cu_seqlens[n] <= t (bounded reads).
 __device__ int64_t sequence_of_token(const AttentionParams& p, int64_t t) {
   int64_t lo = 0, hi = p.num_seqs;
