@@ -8,7 +8,7 @@ HERE=docs/benchmarks/2026-12-01-s21-serving-probes
 . docs/benchmarks/serving_probe_steps.sh  # unpack, the validation steps, the packages
 # sweep NAME PKG [ROUNDS] [short]: sweep_slices.py with package PKG into $OUT/sweep_NAME.tsv
 sweep() {
-  PYTHONPATH=$2 timeout 300 python3 $HERE/sweep_slices.py $OUT/sweep_$1.tsv ${3:-3} $4 > $OUT/sweep_$1.log 2>&1
+  PYTHONPATH=$2 timeout 300 python3 docs/benchmarks/sweep_slices.py $OUT/sweep_$1.tsv ${3:-3} $4 > $OUT/sweep_$1.log 2>&1
   echo "sweep $1 rc=$? at ${SECONDS}s"
 }
 # kernels BIN NAME ROWFLAGS: every kernel of one `flashgate run` of BIN (ncu, clocks as they run), 6 launches after 4
@@ -21,7 +21,7 @@ case "$1" in
   1) # main (kernels as session 20's run 4): the split rows' slice counts swept in one process for every kind
      # (sweep_slices.py, 4 rounds interleaved), and every kernel of the split rows' launches (split kernel, merge)
      main_package
-     PYTHONPATH=.devbin/py/main timeout 400 python3 $HERE/sweep_slices.py $OUT/sweep.tsv 4 > $OUT/sweep.log 2>&1
+     PYTHONPATH=.devbin/py/main timeout 400 python3 docs/benchmarks/sweep_slices.py $OUT/sweep.tsv 4 > $OUT/sweep.log 2>&1
      echo "sweep rc=$? at ${SECONDS}s"; tail -3 $OUT/sweep.log
      unpack gpu_s21a; NEW=$B
      B1="--op paged --batch 1 --seqlen 131072 --heads 32 --kv-heads 8 --head-dim 128 --block-size 16 --backend cuda --no-check"

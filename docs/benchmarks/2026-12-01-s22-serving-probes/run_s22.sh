@@ -1,0 +1,23 @@
+#!/bin/bash
+# Session 22 device runs: `run_s22.sh N` runs run N from the repository root on the H200 and writes its logs under
+# $OUT. Binaries built on the CPU machine for sm_90a (build-dev) come carried as .devbin/<name>.tar.xz (git-ignored).
+cd "$(dirname "$0")/../../.."
+export PYTHONUNBUFFERED=1 FLASHGATE_CPU_THREADS=16
+SECONDS=0
+. docs/benchmarks/serving_probe_steps.sh  # unpack, the validation steps, the packages
+# sweep NAME PKG ROUNDS COUNTS [KINDS]: ../sweep_slices.py with package PKG into $OUT/sweep_NAME.tsv
+sweep() {
+  PYTHONPATH=$2 timeout 400 python3 docs/benchmarks/sweep_slices.py $OUT/sweep_$1.tsv $3 "$4" --kinds ${5:-bf16,per-tensor,per-token} \
+    > $OUT/sweep_$1.log 2>&1
+  echo "sweep $1 rc=$? at ${SECONDS}s"
+}
+case "$1" in
+  1) # main 4d60160: the 16-bit split rows at the counts that one CTA per SM gives (branch bf16-one-per-sm: B1/131072
+     # 16 slices, B8/32768 2, paged and decode) against the planner's (33, 4), one process, 4 rounds interleaved; the
+     # verify rows' count (11) stays, timed as the reference
+     main_package
+     sweep bf16 .devbin/py/main 4 "B1 ctx 131072=16,33;B8 ctx 32768=2,4;decode B8 ctx 32768=2,4;verify 3 x 4 tokens, ctx 32768=11" bf16
+     sweep pt .devbin/py/main 4 "B1 ctx 131072=44,49,66" per-token
+     python3 docs/benchmarks/sweep_table.py $OUT/sweep_bf16.tsv > $OUT/sweep_table.md; python3 docs/benchmarks/sweep_table.py $OUT/sweep_pt.tsv >> $OUT/sweep_table.md 2>&1; cat $OUT/sweep_table.md ;;
+esac
+echo "total ${SECONDS}s"
