@@ -42,12 +42,18 @@ inline int choose_key_slices(const SliceProblem& q) {
   return static_cast<int>(best);
 }
 
-// The resident CTAs the split model fills: all of them, except for per-tensor fp8, whose CTAs each stream fast
-// enough that three quarters of the slots saturate DRAM; there fewer slices cost less (fewer CTA starts, a smaller
-// merge). H200, D128 (4 CTAs per SM, so 3): per tensor B1/131072 4.2%, verify 3x4 32K 2.9%, B8/32768 1.6% faster,
-// verify 128K even; per token and 16-bit caches gained nothing below the full wave (session 21).
-inline int64_t split_model_slots(int64_t slots, bool per_tensor_fp8) {
-  return per_tensor_fp8 ? std::max<int64_t>(slots * 3 / 4, 1) : slots;
+// The resident CTAs the split model fills: those that saturate DRAM, where fewer than all do, since fewer slices
+// cost less (fewer CTA starts, a smaller merge). A share of the CTAs per SM (at least one), measured at D128 on the
+// H200 and taken as the same share at other head dims: 16-bit caches 1 of 2 (B1/131072 16 slices instead of 33
+// -2.6%, B8/32768 2 instead of 4 -0.5%, verify rows unchanged; session 22), per-tensor fp8 3 of 4 (B1/131072 -4.2%,
+// verify 3x4 32K -2.9%, B8/32768 -1.6%, verify 128K even; session 21), per-token fp8 all (its loop is bound by its
+// instructions: verify 128K at 3 of 4 is 6% slower).
+struct SlotShare {
+  int num = 1, den = 1;
+};
+inline int64_t split_model_slots(int64_t sms, int ctas_per_sm, SlotShare share) {
+  const int per_sm = std::max(ctas_per_sm * share.num / std::max(share.den, 1), 1);
+  return std::max<int64_t>(sms, 1) * per_sm;
 }
 
 // Pipeline depth, 2..4 stages: the deepest whose shared memory `bytes(s)` fits `budget` (what lets two CTAs
