@@ -19,5 +19,15 @@ case "$1" in
      sweep bf16 .devbin/py/main 4 "B1 ctx 131072=16,33;B8 ctx 32768=2,4;decode B8 ctx 32768=2,4;verify 3 x 4 tokens, ctx 32768=11" bf16
      sweep pt .devbin/py/main 4 "B1 ctx 131072=44,49,66" per-token
      python3 docs/benchmarks/sweep_table.py $OUT/sweep_bf16.tsv > $OUT/sweep_table.md; python3 docs/benchmarks/sweep_table.py $OUT/sweep_pt.tsv >> $OUT/sweep_table.md 2>&1; cat $OUT/sweep_table.md ;;
+  2) # main 5f5922a (.devbin/gpu_s22a.tar.xz: run 1's 16-bit split share): default run, the serving suite, memcheck over
+     # the split tests; this tree's package, pytest on the GPU, the benchmark (of record)
+     unpack gpu_s22a; NEW=$B
+     main_job $NEW
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'PagedCuda.EverySplitCountAgrees:DecodeCuda.EverySplitCountAgrees:PagedCuda.HeuristicSplitsLongVerify'
+     main_package; gpu_pytest; serving_bench
+     grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
+     (cd $OUT && tar -czf run2.tgz bench *.log && rm -rf bench *.log) ;;
 esac
 echo "total ${SECONDS}s"
