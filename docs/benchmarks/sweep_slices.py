@@ -1,15 +1,18 @@
 """Key slices (split-KV) swept on the benchmark's split rows, every kind, in one process:
 
     PYTHONPATH=<flashgate package> python sweep_slices.py OUT.tsv [ROUNDS] [short | ROW=N,N;ROW=N,...] [--kinds K,K]
+        [--head-dim D]
 
 For each split row (bench/rows.txt: the paged rows, and decode B8/32768) and cache kind, the inputs are built once;
 each slice count (FLASHGATE_NUM_SPLITS, read by the planner on every call; 0: the planner's own) is captured in a CUDA
 graph and timed as the benchmark times it (after do_bench's flush, and back to back), the counts interleaved over
 ROUNDS rounds so that drift hits all of them alike. `short`: the planner's count and a few near the best of session
 21's run 1; `ROW=N,N;...`: those rows (names as in rows.txt, decode rows as "decode NAME") at those counts only;
-`--kinds`: bf16, per-tensor, per-token (default all; decode rows are bf16 only). One line per (row, kind, slices,
+`--kinds`: bf16, per-tensor, per-token (default all; decode rows are bf16 only); `--head-dim`: the rows at head dim D
+(K = V = D) instead of theirs. One line per (row, kind, slices,
 round): ms flushed, ms back to back. Outputs are not checked (variants that skip work are timed too)."""
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -44,12 +47,14 @@ def parse_counts(spec):
     return counts
 
 
-def cases(counts, kinds):
-    """(label, row, fp8, make_fwd) for every row of `counts` and kind of `kinds`."""
+def cases(counts, kinds, head_dim=None):
+    """(label, row, kind, fp8, make_fwd) for every row of `counts` and kind of `kinds`."""
     rows = [("", r) for r in PAGED_ROWS] + [("decode ", r) for r in DECODE_ROWS]
     for prefix, row in rows:
         if prefix + row.name not in counts:
             continue
+        if head_dim:
+            row = dataclasses.replace(row, D=head_dim)
         for kind in kinds:
             if prefix and kind != "bf16":
                 continue
@@ -64,11 +69,12 @@ def main():
     ap.add_argument("rounds", nargs="?", type=int, default=3)
     ap.add_argument("counts", nargs="?", default=None)
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--head-dim", type=int, default=None)
     args = ap.parse_args()
     counts, kinds = parse_counts(args.counts), args.kinds.split(",")
     with open(args.out, "w") as f:
         f.write("row\tkind\tslices\tround\tms_flushed\tms_back_to_back\n")
-        for label, row, kind, fp8, make_fwd in cases(counts, kinds):
+        for label, row, kind, fp8, make_fwd in cases(counts, kinds, args.head_dim):
             t = serving_inputs(row, fp8)
             graphs = {}
             for s in [0] + counts[label]:
@@ -78,7 +84,8 @@ def main():
             for r in range(args.rounds):
                 for s, g in graphs.items():
                     ms, b2b = measure.median_ms(g), measure.back_to_back_ms(g)
-                    f.write(f"{label}\t{kind}\t{s}\t{r}\t{ms:.4f}\t{b2b:.4f}\n")
+                    name = f"{label} D{row.D}" if args.head_dim else label
+                    f.write(f"{name}\t{kind}\t{s}\t{r}\t{ms:.4f}\t{b2b:.4f}\n")
                     f.flush()
             print(label, kind, "done", flush=True)
             del graphs, t

@@ -5,10 +5,10 @@ cd "$(dirname "$0")/../../.."
 export PYTHONUNBUFFERED=1 FLASHGATE_CPU_THREADS=16
 SECONDS=0
 . docs/benchmarks/serving_probe_steps.sh  # unpack, the validation steps, the packages
-# sweep NAME PKG ROUNDS COUNTS [KINDS]: ../sweep_slices.py with package PKG into $OUT/sweep_NAME.tsv
+# sweep NAME PKG ROUNDS COUNTS [KINDS] [MORE]: ../sweep_slices.py with package PKG into $OUT/sweep_NAME.tsv
 sweep() {
   PYTHONPATH=$2 timeout 400 python3 docs/benchmarks/sweep_slices.py $OUT/sweep_$1.tsv $3 "$4" --kinds ${5:-bf16,per-tensor,per-token} \
-    > $OUT/sweep_$1.log 2>&1
+    $6 > $OUT/sweep_$1.log 2>&1
   echo "sweep $1 rc=$? at ${SECONDS}s"
 }
 case "$1" in
@@ -29,5 +29,13 @@ case "$1" in
      main_package; gpu_pytest; serving_bench
      grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
      (cd $OUT && tar -czf run2.tgz bench *.log && rm -rf bench *.log) ;;
+  3) # main (5f5922a's kernels and planner): do the split shares measured at D128 (16-bit 1 of 2 CTAs per SM,
+     # per-tensor fp8 3 of 4) hold at D64 (16-bit: 3 CTAs per SM, so 1) and D256 (2, so 1)? B1/131072 and B8/32768
+     # at the planner's count and forced ones around the old and new rules' choices, bf16 and per tensor
+     main_package
+     sweep d64 .devbin/py/main 3 "B1 ctx 131072=16,22,33,44,49,66;B8 ctx 32768=2,3,4,6,8" bf16,per-tensor --head-dim=64
+     sweep d256 .devbin/py/main 3 "B1 ctx 131072=8,16,22,33;B8 ctx 32768=1,2,3,4" bf16,per-tensor --head-dim=256
+     for f in d64 d256; do python3 docs/benchmarks/sweep_table.py $OUT/sweep_$f.tsv; done > $OUT/sweep_table.md 2>&1
+     cat $OUT/sweep_table.md ;;
 esac
 echo "total ${SECONDS}s"
