@@ -26,6 +26,7 @@ struct PagedKernelShape {
   bool heads_in_turn = false;  // takes ServingParams::heads_per_cta > 1
   int target_ctas_per_sm = 1;  // CTAs per SM its registers are budgeted for (__launch_bounds__)
   bool shallow_ring = false;   // the shallowest pipeline that keeps that many CTAs (choose_stages)
+  int split_ctas_per_sm = 0;   // CTAs per SM a split launch fills at the tile's own dims (0: all; PagedTile)
   int smem_bytes(int stages) const {
     const int pipe = stages * stage_bytes;
     return fixed_bytes + (pipe > reduce_bytes ? pipe : reduce_bytes);

@@ -45,6 +45,7 @@ PagedKernelShape PagedMma<C, KP, VP, ROWS>::shape() {
   s.heads_in_turn = Tile::kHeadsInTurn;
   s.target_ctas_per_sm = Tile::kMinBlocksPerSM;
   s.shallow_ring = Tile::kShallowRing;
+  s.split_ctas_per_sm = Tile::kSplitCtasPerSM;
   return s;
 }
 

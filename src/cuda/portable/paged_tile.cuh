@@ -91,6 +91,14 @@ struct PagedTile {
   // tensor 0-2%), so the planner takes the shallowest depth that keeps them (where 2 stages cannot, as on an
   // A100's 3 CTAs, its choice is unchanged).
   static constexpr bool kShallowRing = kFourCtas;
+  // CTAs per SM that a split launch fills (0: every resident one), where fewer saturate DRAM: fewer slices then cost
+  // less (fewer CTA starts, a smaller merge). Measured on the H200 at K = V = 128 only (the planner applies it
+  // there, not to padded requests): 16-bit 8-row 1 of 2 (session 22: B1/131072 -2.6%, B8/32768 -0.5%), per-tensor
+  // fp8 3 of 4 (session 21: B1/131072 -4.2%, verify 3x4 32K -2.9%, B8/32768 -1.6%). Elsewhere fewer lost: 16-bit
+  // D64 and D256 (B8/32768 +29% and +9%), fp8 D64 in this tile (+6%), per token (verify 128K +6%), 16-bit 16-row
+  // (verify 32K +1.5%; sessions 21-22).
+  static constexpr int kSplitCtasPerSM =
+      KP != 128 || VP != 128 ? 0 : Traits::kFp8 ? (Traits::kTokenScales ? 0 : 3) : (kKeysAsM ? 1 : 0);
 
   static_assert(KP % Frag::kDimsPerKeyRound == 0, "key dims must fill whole 16-byte lane loads");
   static_assert(VW % (8 * E) == 0 && kValueRowBytes % 128 == 0, "value dims must fill whole rounds");

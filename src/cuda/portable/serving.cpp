@@ -199,11 +199,10 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   plan.mma = entry;
   plan.stages = stages;
   const int64_t slots = static_cast<int64_t>(dev.sms) * ctas_per_sm;
-  // The share of those slots a split launch fills (split_model_slots): per-tensor fp8 3 of 4, 16-bit caches 1 of 2.
-  const SlotShare share = kind == CacheKind::e4m3 ? SlotShare{3, 4}
-                          : kind == CacheKind::e4m3_tokens ? SlotShare{1, 1}
-                                                           : SlotShare{1, 2};
-  plan.splits = choose_splits(p, in, split_model_slots(dev.sms, ctas_per_sm, share), shape.keys_per_stage);
+  // A split launch fills the CTAs per SM its tile saturates DRAM with, at the dims that were measured (the
+  // tile's own: a padded request streams fewer bytes per key).
+  const int saturating = p.K == entry->kp && p.V == entry->vp ? shape.split_ctas_per_sm : 0;
+  plan.splits = choose_splits(p, in, split_model_slots(dev.sms, ctas_per_sm, saturating), shape.keys_per_stage);
   plan.heads_per_cta = choose_heads(p, in, shape, slots, plan.splits);
   plan.dependent_merge = dev.major >= 9;
   return plan;

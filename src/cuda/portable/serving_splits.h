@@ -42,18 +42,11 @@ inline int choose_key_slices(const SliceProblem& q) {
   return static_cast<int>(best);
 }
 
-// The resident CTAs the split model fills: those that saturate DRAM, where fewer than all do, since fewer slices
-// cost less (fewer CTA starts, a smaller merge). A share of the CTAs per SM (at least one), measured at D128 on the
-// H200 and taken as the same share at other head dims: 16-bit caches 1 of 2 (B1/131072 16 slices instead of 33
-// -2.6%, B8/32768 2 instead of 4 -0.5%, verify rows unchanged; session 22), per-tensor fp8 3 of 4 (B1/131072 -4.2%,
-// verify 3x4 32K -2.9%, B8/32768 -1.6%, verify 128K even; session 21), per-token fp8 all (its loop is bound by its
-// instructions: verify 128K at 3 of 4 is 6% slower).
-struct SlotShare {
-  int num = 1, den = 1;
-};
-inline int64_t split_model_slots(int64_t sms, int ctas_per_sm, SlotShare share) {
-  const int per_sm = std::max(ctas_per_sm * share.num / std::max(share.den, 1), 1);
-  return std::max<int64_t>(sms, 1) * per_sm;
+// The resident CTAs the split model fills: `saturating` CTAs per SM where the kernel's tile measured that fewer
+// than its occupancy saturate DRAM (PagedTile::kSplitCtasPerSM), else every one (`ctas_per_sm`).
+inline int64_t split_model_slots(int64_t sms, int ctas_per_sm, int saturating) {
+  const int per_sm = saturating > 0 ? std::min(saturating, ctas_per_sm) : ctas_per_sm;
+  return std::max<int64_t>(sms * std::max(per_sm, 1), 1);
 }
 
 // Pipeline depth, 2..4 stages: the deepest whose shared memory `bytes(s)` fits `budget` (what lets two CTAs
