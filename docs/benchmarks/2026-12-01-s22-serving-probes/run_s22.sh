@@ -37,5 +37,19 @@ case "$1" in
      sweep d256 .devbin/py/main 3 "B1 ctx 131072=8,16,22,33;B8 ctx 32768=1,2,3,4" bf16,per-tensor --head-dim=256
      for f in d64 d256; do python3 docs/benchmarks/sweep_table.py $OUT/sweep_$f.tsv; done > $OUT/sweep_table.md 2>&1
      cat $OUT/sweep_table.md ;;
+  4) # main f8ba120 (.devbin/gpu_s22b.tar.xz: the split CTAs per SM as a tile property, applied at the tile's own
+     # dims): the serving suite, memcheck over the split tests; the planner's count against run 3's best forced ones at
+     # D64 and D256 (bf16, per tensor) and at D128 (bf16 and per tensor B1/131072, B8/32768: as 5f5922a's)
+     unpack gpu_s22b; NEW=$B
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'PagedCuda.EverySplitCountAgrees:DecodeCuda.EverySplitCountAgrees:PagedCuda.HeuristicSplitsLongVerify'
+     main_package
+     sweep d64 .devbin/py/main 3 "B1 ctx 131072=33,49,66;B8 ctx 32768=4,6,8" bf16,per-tensor --head-dim=64
+     sweep d256 .devbin/py/main 3 "B1 ctx 131072=33;B8 ctx 32768=2,4" bf16,per-tensor --head-dim=256
+     sweep d128 .devbin/py/main 3 "B1 ctx 131072=16,33,49;B8 ctx 32768=2,6" bf16,per-tensor
+     for f in d64 d256 d128; do python3 docs/benchmarks/sweep_table.py $OUT/sweep_$f.tsv; done > $OUT/sweep_table.md 2>&1
+     cat $OUT/sweep_table.md
+     (cd $OUT && tar -czf run4.tgz *.log && rm -f *.log) ;;
 esac
 echo "total ${SECONDS}s"
