@@ -51,5 +51,20 @@ case "$1" in
      for f in d64 d256 d128; do python3 docs/benchmarks/sweep_table.py $OUT/sweep_$f.tsv; done > $OUT/sweep_table.md 2>&1
      cat $OUT/sweep_table.md
      (cd $OUT && tar -czf run4.tgz *.log && rm -f *.log) ;;
+  5) # main f8ba120 (gpu_s22b): where the fp8 8-row tile's instructions go at B64/4096 (per tensor 1.78x flushed, 1%
+     # short of 1.8x; per token): ncu source counters (executed instructions and stall samples per SASS line)
+     unpack gpu_s22b; B=$B
+     for v in "fp8t --fp8 per-tensor" "fp8k --fp8 per-token"; do
+       name=${v%% *}; args=${v#* }
+       timeout 200 ncu --clock-control none --kernel-name regex:paged_mma --launch-skip 2 --launch-count 1 \
+         --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters \
+         --section LaunchStats --section Occupancy --metrics smsp__inst_executed.sum,gpu__time_duration.sum \
+         -o $OUT/ncu_$name $B/flashgate run $ROW64 $args --iters 3 > $OUT/ncu_$name.log 2>&1
+       echo "ncu $name rc=$? at ${SECONDS}s"
+       ncu --import $OUT/ncu_$name.ncu-rep --page details > $OUT/ncu_${name}_details.txt 2>&1
+       ncu --import $OUT/ncu_$name.ncu-rep --page source --csv --print-source sass > $OUT/ncu_${name}_source.csv 2>&1
+       rm -f $OUT/ncu_$name.ncu-rep
+     done
+     grep -E "Duration|Executed Ipc A|Issued Warp|No Eligible|Active Warps Per|Eligible Warps" $OUT/ncu_*_details.txt ;;
 esac
 echo "total ${SECONDS}s"
