@@ -66,5 +66,12 @@ case "$1" in
        rm -f $OUT/ncu_$name.ncu-rep
      done
      grep -E "Duration|Executed Ipc A|Issued Warp|No Eligible|Active Warps Per|Eligible Warps" $OUT/ncu_*_details.txt ;;
+  6) # main (f8ba120's package): the fp8 D128 8-row tile at 3 stages (FLASHGATE_SERVING_STAGES=3; the planner's 2 was
+     # measured on the 16-row tile in sessions 16-17) against the planner's, the benchmark's serving rows alternating
+     # twice (bf16 runs 3 stages either way: its rows are the control)
+     main_package
+     bench_variants "plan=X=1 st3=FLASHGATE_SERVING_STAGES=3 plan2=X=1 st3b=FLASHGATE_SERVING_STAGES=3"
+     for v in plan st3 plan2 st3b; do echo "== $v"; grep -A8 "x bf16 tokens/s" $OUT/bench_$v/report.md; done
+     (cd $OUT && tar -czf run6.tgz bench_* *.log && rm -rf bench_* *.log) ;;
 esac
 echo "total ${SECONDS}s"
