@@ -73,5 +73,13 @@ case "$1" in
      bench_variants "plan=X=1 st3=FLASHGATE_SERVING_STAGES=3 plan2=X=1 st3b=FLASHGATE_SERVING_STAGES=3"
      for v in plan st3 plan2 st3b; do echo "== $v"; grep -A8 "x bf16 tokens/s" $OUT/bench_$v/report.md; done
      (cd $OUT && tar -czf run6.tgz bench_* *.log && rm -rf bench_* *.log) ;;
+  7) # main (f8ba120's package): bf16 one-pass rows with 3 kv heads per CTA (B128/1024: 384 CTAs, 264 slots, so the
+     # last 120 start where the first CTAs end, on the SMs that stream fastest; session 12: SMs stream at unequal
+     # rates and a one-wave partition runs at its slowest SMs' pace) against the planner's 4 (256 CTAs, one wave),
+     # alternating twice
+     main_package
+     bench_variants "plan=X=1 h3=FLASHGATE_HEADS_PER_CTA=3 plan2=X=1 h3b=FLASHGATE_HEADS_PER_CTA=3"
+     for v in plan h3 plan2 h3b; do echo "== $v"; grep -E "^\| (decode|paged) \| bf16 \|.*\| flashgate \|" $OUT/bench_$v/report.md | awk -F'|' '{print $2,$4,$7,$8,$11}'; done
+     (cd $OUT && tar -czf run7.tgz bench_* *.log && rm -rf bench_* *.log) ;;
 esac
 echo "total ${SECONDS}s"
