@@ -23,11 +23,8 @@ case "$1" in
      # the split tests; this tree's package, pytest on the GPU, the benchmark (of record)
      unpack gpu_s22a; NEW=$B
      main_job $NEW
-     serving_suite $NEW
-     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
-     memcheck $NEW 'PagedCuda.EverySplitCountAgrees:DecodeCuda.EverySplitCountAgrees:PagedCuda.HeuristicSplitsLongVerify'
-     main_package; gpu_pytest; serving_bench
-     grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
+     serving_validation $NEW
+     package_and_record
      (cd $OUT && tar -czf run2.tgz bench *.log && rm -rf bench *.log) ;;
   3) # main (5f5922a's kernels and planner): do the split shares measured at D128 (16-bit 1 of 2 CTAs per SM,
      # per-tensor fp8 3 of 4) hold at D64 (16-bit: 3 CTAs per SM, so 1) and D256 (2, so 1)? B1/131072 and B8/32768
@@ -41,9 +38,7 @@ case "$1" in
      # dims): the serving suite, memcheck over the split tests; the planner's count against run 3's best forced ones at
      # D64 and D256 (bf16, per tensor) and at D128 (bf16 and per tensor B1/131072, B8/32768: as 5f5922a's)
      unpack gpu_s22b; NEW=$B
-     serving_suite $NEW
-     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
-     memcheck $NEW 'PagedCuda.EverySplitCountAgrees:DecodeCuda.EverySplitCountAgrees:PagedCuda.HeuristicSplitsLongVerify'
+     serving_validation $NEW
      main_package
      sweep d64 .devbin/py/main 3 "B1 ctx 131072=33,49,66;B8 ctx 32768=4,6,8" bf16,per-tensor --head-dim=64
      sweep d256 .devbin/py/main 3 "B1 ctx 131072=33;B8 ctx 32768=2,4" bf16,per-tensor --head-dim=256
