@@ -452,11 +452,11 @@ TEST(PagedCuda, MaxSeqlenQBelowALengthStaysInBounds) {
 
 // ---- the 8-row tile (keys as M) --------------------------------------------------------------------------
 
-// Where max_seqlen_q x min(G, 16) <= 8 (decode at GQA <= 8), D128 takes the 8-row tile that puts keys in the
-// mma's M (S^T = K Q^T, O^T = V^T P^T; the P^T fragments by movmatrix). Both 16-bit caches and both fp8
-// families in every scale mode, G 1..8 (odd ones leave padding rows) at their largest bounds, empty sequences,
-// NaN in unused slots, pages 16 and 128, window and sink, one pass and split, one and two kv heads per CTA: the
-// reference, and the 16-row layout's result on the same inputs.
+// Where max_seqlen_q x min(G, 16) <= 8 (decode at GQA <= 8), D128 and 16-bit D64 take the 8-row tile that puts keys
+// in the mma's M (S^T = K Q^T, O^T = V^T P^T; the P^T fragments by movmatrix). Both 16-bit caches and both fp8
+// families in every scale mode, head dims 128 and 64, G 1..8 (odd ones leave padding rows) at their largest bounds,
+// empty sequences, NaN in unused slots, pages 16 and 128, window and sink, one pass and split, one and two kv heads
+// per CTA: the reference, and the 16-row layout's result on the same inputs.
 TEST(PagedCuda, EightRowTileKeysAsM) {
   FLASHGATE_REQUIRE_GPU();
   struct Kind {
@@ -471,38 +471,41 @@ TEST(PagedCuda, EightRowTileKeysAsM) {
                         {DType::bf16, true, ScaleMode::none, ScaleMode::per_token},
                         {DType::bf16, true, ScaleMode::per_token, ScaleMode::per_tensor}};
   int run = 0;
-  for (const Kind& kind : kinds)
-    for (int64_t G : {1, 2, 3, 4, 5, 8})
-      for (int64_t lq = 1; lq <= 8 / G; lq = lq < 8 / G ? 8 / G : lq + 1) {  // 1, then 8 / G if larger
-        PagedConfig c = base(kind.dtype);
-        if (kind.fp8) {
-          c = fp8(c, kind.k);
-          c.v_scale_mode = kind.v;
-        }
-        c.kv_heads = 2, c.heads = 2 * G;
-        c.block_size = run % 2 ? 128 : 16;
-        c.context_lens = {1, 33, 0, 700, 2049, 64};
-        c.query_lens = {1, lq, 0, lq, 1, lq};
-        c.max_seqlen_q = lq;
-        if (run % 3 == 1) c.window = 100, c.sink = true;
-        ++run;
-        const uint64_t seed = flashgate::harness::fresh_seed();
-        SCOPED_TRACE(seed_note(seed, c));
-        const Reference r = reference(c, seed);
-        for (int splits : {1, 3})
-          for (int heads : {1, 2}) {
-            const ForcedServingPlan forced(heads, /*stages=*/0, splits);
-            SCOPED_TRACE(forced.note);
-            const OwnedTensor narrow = run_gpu(r.host);
-            expect_matches(narrow, r.o, c);
-            ForcedWideRows wide_rows;
-            fgtest::expect_close("o vs the 16-row layout", narrow, run_gpu(r.host), kTolerance);
+  for (int64_t dims : {128, 64})  // 16-bit D64 has its own 8-row tile; fp8 runs D64 padded in the D128 one
+    for (const Kind& kind : kinds)
+      for (int64_t G : {1, 2, 3, 4, 5, 8})
+        for (int64_t lq = 1; lq <= 8 / G; lq = lq < 8 / G ? 8 / G : lq + 1) {  // 1, then 8 / G if larger
+          if (dims == 64 && (G == 2 || G == 5)) continue;  // D64: G 1, 3, 4, 8 keep the run short
+          PagedConfig c = base(kind.dtype);
+          c.head_dim = c.v_dim = dims;
+          if (kind.fp8) {
+            c = fp8(c, kind.k);
+            c.v_scale_mode = kind.v;
           }
-      }
+          c.kv_heads = 2, c.heads = 2 * G;
+          c.block_size = run % 2 ? 128 : 16;
+          c.context_lens = {1, 33, 0, 700, 2049, 64};
+          c.query_lens = {1, lq, 0, lq, 1, lq};
+          c.max_seqlen_q = lq;
+          if (run % 3 == 1) c.window = 100, c.sink = true;
+          ++run;
+          const uint64_t seed = flashgate::harness::fresh_seed();
+          SCOPED_TRACE(seed_note(seed, c));
+          const Reference r = reference(c, seed);
+          for (int splits : {1, 3})
+            for (int heads : {1, 2}) {
+              const ForcedServingPlan forced(heads, /*stages=*/0, splits);
+              SCOPED_TRACE(forced.note);
+              const OwnedTensor narrow = run_gpu(r.host);
+              expect_matches(narrow, r.o, c);
+              ForcedWideRows wide_rows;
+              fgtest::expect_close("o vs the 16-row layout", narrow, run_gpu(r.host), kTolerance);
+            }
+        }
 }
 
 // The planner's table lookup (host code, no GPU needed): blocks of at most 8 rows with heads up to 128 take the
-// 8-row tile, every cache kind; more rows and wider heads the 16-row layout; heads up to 64 their own 16-row tile.
+// 8-row tile, every cache kind; more rows and wider heads the 16-row layout; 16-bit heads up to 64 their own tiles.
 TEST(PagedTable, RowsPickTheTile) {
   using flashgate::cuda::CacheKind;
   using flashgate::cuda::find_paged_mma;
@@ -514,8 +517,13 @@ TEST(PagedTable, RowsPickTheTile) {
     EXPECT_EQ(find_paged_mma(kind, 129, 128, 8)->rows, 16);
     EXPECT_EQ(find_paged_mma(kind, 577, 512, 8), nullptr);
   }
-  EXPECT_EQ(find_paged_mma(CacheKind::f16, 64, 64, 1)->kp, 64);
-  EXPECT_EQ(find_paged_mma(CacheKind::bf16, 64, 64, 1)->rows, 16);
+  for (CacheKind kind : {CacheKind::bf16, CacheKind::f16}) {
+    EXPECT_EQ(find_paged_mma(kind, 64, 64, 1)->kp, 64);
+    EXPECT_EQ(find_paged_mma(kind, 64, 64, 8)->rows, 8);
+    EXPECT_EQ(find_paged_mma(kind, 64, 64, 9)->rows, 16);
+    EXPECT_EQ(find_paged_mma(kind, 64, 64, 9)->kp, 64);
+  }
+  EXPECT_EQ(find_paged_mma(CacheKind::e4m3, 64, 64, 8)->kp, 128);  // fp8 runs D64 in the D128 tiles
 }
 
 // The per-token bias cases of the 16-row layout on the 8-row tile: decode at GQA 8, contexts of 4096 tokens,

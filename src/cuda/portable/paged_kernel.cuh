@@ -28,9 +28,9 @@
 //   Without per-token V scales P is rounded once, and one mma does. Caches with a per-token scale on K or V
 //   take their own kernel family (CacheKind::e4m3_tokens), which reads both operands' scales per token;
 //   per-tensor fp8 (CacheKind::e4m3) compiles without any of it: no scale copies, no second mma.
-// - Row blocks of at most 8 rows (decode at GQA <= 8 under the caller's max_seqlen_q) take an 8-row tile on
-//   D128, every cache kind (PagedTile::kKeysAsM): keys become the mma's M, S^T = K Q^T and O^T = V^T P^T with
-//   the rows in n8, so a warp's 16 keys cost 8 + 8 mmas instead of 16 + 16 and a lane holds 4 scores and 32
+// - Row blocks of at most 8 rows (decode at GQA <= 8 under the caller's max_seqlen_q) take an 8-row tile on D128
+//   (every cache kind) and 16-bit D64 (PagedTile::kKeysAsM): keys become the mma's M, S^T = K Q^T and O^T = V^T P^T
+//   with the rows in n8, so a warp's 16 keys cost 8 + 8 mmas instead of 16 + 16 and a lane holds 4 scores and 32
 //   accumulators instead of 8 and 64. The key and value fragments are the 16-row layout's (its B operands,
 //   paired into A); P^T reaches the B operand by movmatrix (the transpose the 16-row layout avoids by keeping P
 //   in C's layout).

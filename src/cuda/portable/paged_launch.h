@@ -11,9 +11,9 @@ namespace flashgate::cuda {
 // The mma kernel instantiations: cache kind x padded head dims (KP, VP) x rows per CTA (16, or 8 with keys as
 // the mma's M: PagedTile::kKeysAsM). A request takes the first entry of its cache kind whose dims cover K and V
 // and whose rows cover its row blocks'. Each paged_mma_<kind>.cu instantiates its kind's list.
-#define FLASHGATE_PAGED_HEADS_16BIT(X, kind) \
-  X(kind, 64, 64, 16) X(kind, 128, 128, 8) X(kind, 128, 128, 16) X(kind, 256, 256, 16) X(kind, 512, 512, 16) \
-      X(kind, 576, 512, 16)
+#define FLASHGATE_PAGED_HEADS_16BIT(X, kind)                                                                       \
+  X(kind, 64, 64, 8) X(kind, 64, 64, 16) X(kind, 128, 128, 8) X(kind, 128, 128, 16) X(kind, 256, 256, 16)            \
+      X(kind, 512, 512, 16) X(kind, 576, 512, 16)
 #define FLASHGATE_PAGED_HEADS_FP8(X, kind) \
   X(kind, 128, 128, 8) X(kind, 128, 128, 16) X(kind, 256, 256, 16) X(kind, 512, 512, 16) X(kind, 576, 512, 16)
 
