@@ -76,5 +76,22 @@ case "$1" in
      bench_variants "plan=X=1 h3=FLASHGATE_HEADS_PER_CTA=3 plan2=X=1 h3b=FLASHGATE_HEADS_PER_CTA=3"
      for v in plan h3 plan2 h3b; do echo "== $v"; grep -E "^\| (decode|paged) \| bf16 \|.*\| flashgate \|" $OUT/bench_$v/report.md | awk -F'|' '{print $2,$4,$7,$8,$11}'; done
      (cd $OUT && tar -czf run7.tgz bench_* *.log && rm -rf bench_* *.log) ;;
+  8) # branch d64-eight-rows (.devbin/gpu_s22c.tar.xz): 16-bit D64 decode blocks of <= 8 rows take an 8-row keys-as-M
+     # tile. Serving suite (the 8-row tests now run D64 too), memcheck over them; the D64 rows (decode and paged, bf16)
+     # with this tree's package at its planner's choices, 8-row tile (r8) against FLASHGATE_SERVING_ROWS=16 (r16),
+     # alternating twice in separate processes
+     unpack gpu_s22c; NEW=$B
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW '*EightRowTileKeysAsM'
+     main_package
+     D64="B64 ctx 4096=;B128 ctx 1024=;B8 ctx 32768=;B1 ctx 131072=;decode B64 ctx 4096=;decode B128 ctx 1024=;decode B8 ctx 32768="
+     sweep r8 .devbin/py/main 3 "$D64" bf16 --head-dim=64
+     FLASHGATE_SERVING_ROWS=16 sweep r16 .devbin/py/main 3 "$D64" bf16 --head-dim=64
+     sweep r8b .devbin/py/main 3 "$D64" bf16 --head-dim=64
+     FLASHGATE_SERVING_ROWS=16 sweep r16b .devbin/py/main 3 "$D64" bf16 --head-dim=64
+     python3 docs/benchmarks/sweep_table.py $OUT/sweep_r16.tsv $OUT/sweep_r8.tsv $OUT/sweep_r16b.tsv $OUT/sweep_r8b.tsv \
+       > $OUT/sweep_table.md 2>&1; cat $OUT/sweep_table.md
+     (cd $OUT && tar -czf run8.tgz *.log && rm -f *.log) ;;
 esac
 echo "total ${SECONDS}s"
