@@ -83,7 +83,7 @@ case "$1" in
      unpack gpu_s22c; NEW=$B
      serving_suite $NEW
      grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
-     memcheck $NEW '*EightRowTileKeysAsM'
+     memcheck $NEW 'DecodeCuda.EightRowTileKeysAsM'
      main_package
      D64="B64 ctx 4096=;B128 ctx 1024=;B8 ctx 32768=;B1 ctx 131072=;decode B64 ctx 4096=;decode B128 ctx 1024=;decode B8 ctx 32768="
      sweep r8 .devbin/py/main 3 "$D64" bf16 --head-dim=64
