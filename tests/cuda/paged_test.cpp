@@ -475,7 +475,8 @@ TEST(PagedCuda, EightRowTileKeysAsM) {
     for (const Kind& kind : kinds)
       for (int64_t G : {1, 2, 3, 4, 5, 8})
         for (int64_t lq = 1; lq <= 8 / G; lq = lq < 8 / G ? 8 / G : lq + 1) {  // 1, then 8 / G if larger
-          if (dims == 64 && (G == 2 || G == 5)) continue;  // D64: G 1, 3, 4, 8 keep the run short
+          // D64: G 1, 3, 4, 8 and no mixed scale modes keep the run short
+          if (dims == 64 && (G == 2 || G == 5 || kind.k != kind.v)) continue;
           PagedConfig c = base(kind.dtype);
           c.head_dim = c.v_dim = dims;
           if (kind.fp8) {
