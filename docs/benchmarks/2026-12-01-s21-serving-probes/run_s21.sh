@@ -103,7 +103,7 @@ case "$1" in
      # on the same contiguous keys 0.89-0.91x)? page_order.py: the benchmark's shuffled block table, pages in order,
      # and decode over the contiguous copy, one process, 4 rounds
      main_package
-     PYTHONPATH=.devbin/py/main timeout 200 python3 $HERE/page_order.py $OUT/page_order.tsv 4 > $OUT/page_order.log 2>&1
+     PYTHONPATH=.devbin/py/main timeout 200 python3 docs/benchmarks/page_order.py $OUT/page_order.tsv 4 > $OUT/page_order.log 2>&1
      echo "page order rc=$? at ${SECONDS}s"; cat $OUT/page_order.log
      (cd $OUT && tar -czf run6.tgz *.log && rm -f *.log) ;;
 esac

@@ -93,5 +93,20 @@ case "$1" in
      python3 docs/benchmarks/sweep_table.py $OUT/sweep_r16.tsv $OUT/sweep_r8.tsv $OUT/sweep_r16b.tsv $OUT/sweep_r8b.tsv \
        > $OUT/sweep_table.md 2>&1; cat $OUT/sweep_table.md
      (cd $OUT && tar -czf run8.tgz *.log && rm -f *.log) ;;
+  9) # main: does the random page order cost the fp8 rows more than bf16's 1-3% (session 21 run 6)? ../page_order.py,
+     # per tensor and per token, B128/1024, B1/131072, B64/4096: shuffled block table against pages in order, 3 rounds
+     main_package
+     PYTHONPATH=.devbin/py/main timeout 300 python3 docs/benchmarks/page_order.py $OUT/page_order.tsv 3 \
+       --kinds per-tensor,per-token > $OUT/page_order.log 2>&1
+     echo "page order rc=$? at ${SECONDS}s"; cat $OUT/page_order.log
+     python3 - $OUT/page_order.tsv <<'PY'
+import collections, csv, statistics, sys
+t = collections.defaultdict(list)
+for r in csv.DictReader(open(sys.argv[1]), delimiter="\t"):
+    t[(r["row"], r["kind"], r["variant"])].append((float(r["ms_flushed"]), float(r["ms_back_to_back"])))
+for k, v in t.items():
+    print(*k, f"{statistics.median(a for a, _ in v) * 1e3:.1f} / {statistics.median(b for _, b in v) * 1e3:.1f} us", sep=" | ")
+PY
+     (cd $OUT && tar -czf run9.tgz *.log && rm -f *.log) ;;
 esac
 echo "total ${SECONDS}s"
