@@ -687,6 +687,36 @@ TEST(PagedCuda, BadIndicesAreNeverDereferenced) {
     }
 }
 
+// The mma kernels index per-token scales in 32 bits: a scale view spanning 2^31 elements (a huge block stride
+// over a small buffer: never dereferenced) is refused before any kernel runs, naming the scales; o is untouched.
+TEST(PagedCuda, ScaleViewsPast2To31AreRefused) {
+  FLASHGATE_REQUIRE_GPU();
+  for (bool on_values : {false, true}) {
+    const PagedConfig c = fp8(base(), ScaleMode::per_token);
+    const uint64_t seed = flashgate::harness::fresh_seed();
+    SCOPED_TRACE(seed_note(seed, c) + (on_values ? " v_scale" : " k_scale"));
+    flashgate::harness::Rng rng(seed);
+    PagedCase dev = PagedCase::random(c, rng).to(Device::cuda);
+    dev.poison_outputs();
+    const std::vector<unsigned char> poisoned = dev.o.raw_bytes();
+    flashgate::PagedArgs args = dev.args();
+    flashgate::Tensor& scale = on_values ? args.v_scale : args.k_scale;
+    const int64_t blocks = scale.shape[0], heads = scale.shape[1], slots = scale.shape[2];
+    ASSERT_GE(blocks, 2);
+    scale = flashgate::make_strided_tensor(scale.data, DType::f32, {blocks, heads, slots},
+                                           {int64_t{1} << 31, slots, 1}, Device::cuda);
+    args.validate = false;  // the view is not the buffer's: only the refusal stands between it and a kernel
+    try {
+      flashgate::paged_attention(args, on(Backend::cuda));
+      ADD_FAILURE() << "a scale view spanning 2^31 elements was run";
+    } catch (const flashgate::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("k_scale or v_scale spans 2^31"), std::string::npos) << e.what();
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(dev.o.raw_bytes(), poisoned) << "o was written";
+  }
+}
+
 // ---- graph capture and workspace ------------------------------------------------------------------
 
 // Under CUDA-graph capture: validate off, a caller workspace from workspace_size, no host sync; replays

@@ -166,12 +166,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   // The first kv head's rows and per-token scales: the head term of every key's offset is added per stage.
   const unsigned char* kbase0 = static_cast<const unsigned char*>(p.k) + kv_head0 * p.k_head_stride * Tile::kBytes;
   const unsigned char* vbase0 = static_cast<const unsigned char*>(p.v) + kv_head0 * p.v_head_stride * Tile::kBytes;
-  const float* kscale_base0 = p.k_scale + kv_head0 * p.k_scale_strides[1];  // strides are 0 unless per token
-  const float* vscale_base0 = p.v_scale + kv_head0 * p.v_scale_strides[1];
+  // Per-token scales: lane r < kRowsPerWarp copies row r's K scale, lane kRowsPerWarp + r its V scale, so one
+  // copy per lane serves both operands; the lane's operand (base, strides, slot in the stage) is fixed here.
+  // Strides are 0 unless per token; an operand without a scale writes 1 (no base).
+  const int scale_row = lane % kRowsPerWarp;
   const paged_detail::WarpRowCopy<Tile::kKeyRowBytes / 16, kRowsPerWarp> copy_keys(key_bytes, lane);
   const paged_detail::WarpRowCopy<Tile::kValueRowBytes / 16, kRowsPerWarp> copy_values(value_bytes, lane);
   const bool loader_lane = lane < kRowsPerWarp;
   static_assert(kRowsPerWarp < 32, "one bit per row of the warp");
+  static_assert(!Tile::kScaleSlots || 2 * kRowsPerWarp <= 32, "a lane per row and operand for the scales");
   const bool whole_rows = copy_keys.whole_chunks && copy_values.whole_chunks;
   const int lane_key0 = slice.begin + warp * kRowsPerWarp + lane;  // this lane's row in a head's first stage
   int loaded = 0;                // stages issued (all heads, in order)
@@ -209,8 +212,6 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     const int block0 = __shfl_sync(0xffffffffu, entries, tile & 31);
     const unsigned char* kbase = kbase0 + load_head * p.k_head_stride * Tile::kBytes;
     const unsigned char* vbase = vbase0 + load_head * p.v_head_stride * Tile::kBytes;
-    const float* kscale_base = kscale_base0 + load_head * p.k_scale_strides[1];
-    const float* vscale_base = vscale_base0 + load_head * p.v_scale_strides[1];
     ++loaded;
     if (Tile::kHeadsInTurn && ++load_tile == num_tiles) load_tile = 0, ++load_head, load_key = lane_key0;
     else load_key += KS;
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     bool ok = loader_lane;
     if (run) {
       const int64_t t = p.block_table ? slot0 : rb.seq.key_start + first;  // slot (paged) or row (decode)
-      kr.block = block0, kr.slot = slot0 + lane;                           // for the per-token scales
+      kr.block = block0, kr.slot = slot0 + scale_row, ok = true;           // for the per-token scales
       copy_keys.copy_run(stage, kbase + (block0 * p.k_block_stride + t * p.k_slot_stride) * Tile::kBytes,
                          k_row_step, row0, key_chunk);
       copy_values.copy_run(vstage, vbase + (block0 * p.v_block_stride + t * p.v_slot_stride) * Tile::kBytes,
@@ -249,16 +250,26 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       copy_values(vstage, ok ? vbase + kr.v_off * Tile::kBytes : vbase, live, row0, value_chunk);
     }
     if constexpr (Tile::kScaleSlots) {
-      // Per-token scales next to the rows; a key that is not loaded gets scale 0 (its column is masked), an
-      // operand without scales 1.
-      float* scales = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + row0 + lane;
-      auto copy_scale = [&](float* dst, const float* base, const int64_t (&strides)[3]) {
-        if (!base) *dst = ok ? 1.f : 0.f;  // the same for the whole warp
-        else ptx::cp_async_4(dst, ok ? base + scale_offset(strides, kr, 0) : base, ok ? 4 : 0);
-      };
-      if (loader_lane) {
-        copy_scale(scales, p.k_scale ? kscale_base : nullptr, p.k_scale_strides);
-        copy_scale(scales + KS, p.v_scale ? vscale_base : nullptr, p.v_scale_strides);
+      // Per-token scales next to the rows (setup above); a key that is not loaded gets scale 0 (its column is
+      // masked). Off the run path the V lanes take their row's page and liveness from its K lane.
+      if (!run) {
+        kr.block = __shfl_sync(0xffffffffu, kr.block, scale_row);
+        kr.slot = __shfl_sync(0xffffffffu, kr.slot, scale_row);
+        ok = __shfl_sync(0xffffffffu, ok, scale_row);
+      }
+      // Offsets in 32 bits: serving.cpp refuses scale views spanning 2^31 elements. The lane's operand facts
+      // are read from the parameters here, not kept in registers across the loop.
+      const bool scale_of_values = lane >= kRowsPerWarp;
+      float* dst = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + row0 + scale_row + (scale_of_values ? KS : 0);
+      const float* base = scale_of_values ? p.v_scale : p.k_scale;
+      const int64_t(&strides)[3] = scale_of_values ? p.v_scale_strides : p.k_scale_strides;
+      if (!base) {
+        *dst = ok ? 1.f : 0.f;
+      } else {
+        const int offset = (kv_head0 + load_head) * static_cast<int>(strides[1]) +
+                           static_cast<int>(kr.block) * static_cast<int>(strides[0]) +
+                           static_cast<int>(kr.slot) * static_cast<int>(strides[2]);
+        ptx::cp_async_4(dst, base + (ok ? offset : 0), ok ? 4 : 0);
       }
     }
   };
@@ -394,15 +405,16 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     // Per-token V: P * scale enters the mma divided by 2^(v_exp - 127), v_exp the largest biased exponent of
     // the V scales this warp has seen (so the pair stays below 2 in f16); the epilogue multiplies it back.
     int v_exp = 1;
-    // Raises v_exp to the largest biased exponent of a tile's V scales (vmax, the same in every lane); the
-    // accumulators, below the old unit, take the ratio along with the softmax rescale `factor`.
-    auto raise_v_unit = [&](float vmax, float (&factor)[2]) {
-      const int e = min(static_cast<int>((__float_as_uint(vmax) >> 23) & 0xff), 253);
-      if (e > v_exp) {  // uniform over the warp
-        const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
-        factor[0] *= down, factor[1] *= down;
-        v_exp = e;
-      }
+    // Raises v_exp to the largest biased exponent of a tile's V scales (lane_vmax: this lane's largest;
+    // warp_max(lane_vmax) the warp's); the accumulators, below the old unit, take the ratio along with the
+    // softmax rescale `factor`. Most tiles raise nothing, which a vote tells without the reduction.
+    auto raise_v_unit = [&](float lane_vmax, auto warp_max, float (&factor)[2]) {
+      auto unit_exp = [](float x) { return min(static_cast<int>((__float_as_uint(x) >> 23) & 0xff), 253); };
+      if (!__any_sync(0xffffffffu, unit_exp(lane_vmax) > v_exp)) return;
+      const int e = unit_exp(warp_max(lane_vmax));  // > v_exp, the same in every lane
+      const float down = e - v_exp > 126 ? 0.f : paged_detail::pow2(v_exp - e);
+      factor[0] *= down, factor[1] *= down;
+      v_exp = e;
     };
 
     SoftmaxRow softmax[2];
@@ -493,7 +505,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         float v_scale[2] = {0.f, 0.f};  // keys g, g + 8
         if (v_per_token) {
           v_scale[0] = vscales[wrow + g], v_scale[1] = vscales[wrow + g + 8];
-          raise_v_unit(column_max(fmaxf(v_scale[0], v_scale[1])), factor);
+          raise_v_unit(fmaxf(v_scale[0], v_scale[1]), [](float x) { return column_max(x); }, factor);
         }
         if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
 #pragma unroll
@@ -614,8 +626,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
             const float2 x = *reinterpret_cast<const float2*>(vscales + wrow + nt * 8 + 2 * c);
             v_scale[nt][0] = x.x, v_scale[nt][1] = x.y;
           }
-          raise_v_unit(quad_max(fmaxf(fmaxf(v_scale[0][0], v_scale[0][1]), fmaxf(v_scale[1][0], v_scale[1][1]))),
-                       factor);
+          raise_v_unit(fmaxf(fmaxf(v_scale[0][0], v_scale[0][1]), fmaxf(v_scale[1][0], v_scale[1][1])),
+                       [](float x) { return quad_max(x); }, factor);
         }
         // Once a row has met its large scores its max rarely moves: skip the accumulator rescale then.
         if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {

@@ -303,6 +303,12 @@ std::string refusal(const ServingParams& p) {
   if (p.total_q * p.HQ >= (int64_t{1} << 31) || p.row_blocks >= (int64_t{1} << 31) ||
       p.row_blocks * p.H >= (int64_t{1} << 32))
     return "more than 2^31 (query row, query head) pairs, or 2^32 row blocks x kv heads";
+  // The mma kernels index per-token scales in 32 bits (paged_kernel.cuh).
+  auto scale_span = [&](const int64_t(&s)[3]) {
+    return (p.num_blocks - 1) * std::abs(s[0]) + (p.H - 1) * std::abs(s[1]) + (p.block_size - 1) * std::abs(s[2]);
+  };
+  if (scale_span(p.k_scale_strides) >= (int64_t{1} << 31) || scale_span(p.v_scale_strides) >= (int64_t{1} << 31))
+    return "k_scale or v_scale spans 2^31 elements or more";
   return "";
 }
 

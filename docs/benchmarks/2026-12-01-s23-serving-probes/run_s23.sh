@@ -1,0 +1,24 @@
+#!/bin/bash
+# Session 23 device runs: `run_s23.sh N` runs run N from the repository root on the H200 and writes its logs under
+# $OUT. Binaries built on the CPU machine for sm_90a (build-dev) come carried as .devbin/<name>.tar.xz, trees as
+# .devbin/<name>.tar (git archive) (git-ignored).
+cd "$(dirname "$0")/../../.."
+export PYTHONUNBUFFERED=1 FLASHGATE_CPU_THREADS=16
+SECONDS=0
+. docs/benchmarks/serving_probe_steps.sh  # unpack, the validation steps, the packages
+# fp8_tables NAME...: the fp8 / bf16 table of each variant's report
+fp8_tables() { local v; for v in "$@"; do echo "== $v"; grep -A8 "x bf16 tokens/s" $OUT/bench_$v/report.md; done; }
+case "$1" in
+  1) # branch token-scale-copy (.devbin/gpu_s23a.tar.xz): per-token scales copied one per lane (K lanes 0-15, V lanes
+     # 16-31, 32-bit offsets) and the V-unit raise behind a vote. The serving suite (the new refusal test with it),
+     # memcheck over the per-token tests; main's package (38e4489) against this tree's, the serving rows alternating
+     # twice
+     unpack gpu_s23a; NEW=$B
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'PagedCuda.Fp8*:PagedCuda.EightRowTilePerTokenBias:PagedCuda.HeadMajorCacheThroughStrides:PagedCuda.ScaleViews*'
+     tree_package base .devbin/main_38e4489.tar.xz; package tok .
+     for r in 1 2; do bench_variants "base$r=X=1" .devbin/py/base; bench_variants "tok$r=X=1" .devbin/py/tok; done
+     fp8_tables base1 tok1 base2 tok2
+     (cd $OUT && tar -czf run1.tgz bench_* *.log && rm -rf bench_* *.log) ;;
+esac
