@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/portable/paged_launch.h"
@@ -236,6 +237,46 @@ TEST(PagedCuda, Fp8MixedScaleModes) {
 
 // The per-token V scale must not be rounded onto P at 8 bits: a long context with 20x magnitude spread
 // shows the bias that rounding would leave (about 0.3%).
+// fp8 D64 in its own tiles (64-byte rows: 8-byte value loads and their swizzle, PagedTile::value_chunk): both
+// layouts (decode rows at GQA 4 take the 8-row tile, verify rows the 16-row one), every scale mode, pages of 16 and
+// 128, a window and sink, forced splits, against the reference and the unsplit path.
+TEST(PagedCuda, Fp8HeadDim64) {
+  FLASHGATE_REQUIRE_GPU();
+  const std::pair<ScaleMode, ScaleMode> modes[] = {{ScaleMode::per_tensor, ScaleMode::per_tensor},
+                                                   {ScaleMode::per_token, ScaleMode::per_token},
+                                                   {ScaleMode::per_token, ScaleMode::per_tensor},
+                                                   {ScaleMode::none, ScaleMode::per_token}};
+  int run = 0;
+  for (const auto& [k_mode, v_mode] : modes)
+    for (int64_t lq : {1, 4}) {
+      PagedConfig c = fp8(base(), k_mode);
+      c.v_scale_mode = v_mode;
+      c.head_dim = c.v_dim = 64;
+      c.heads = 16, c.kv_heads = 4;
+      c.block_size = run % 2 ? 128 : 16;
+      c.context_lens = {1, 70, 0, 1500, 4099};
+      c.query_lens = {1, lq, 0, lq, 1};
+      c.max_seqlen_q = lq;
+      if (run % 3 == 2) c.window = 300, c.sink = true;
+      ++run;
+      const uint64_t seed = flashgate::harness::fresh_seed();
+      SCOPED_TRACE(seed_note(seed, c));
+      const Reference r = reference(c, seed);
+      const OwnedTensor unsplit = [&] {
+        const ForcedSplits one(1);
+        return run_gpu(r.host);
+      }();
+      expect_matches(unsplit, r.o, c);
+      for (int splits : {3, 8}) {
+        const ForcedSplits forced(splits);
+        SCOPED_TRACE("splits " + std::to_string(splits));
+        const OwnedTensor split = run_gpu(r.host);
+        expect_matches(split, r.o, c);
+        fgtest::expect_close("o vs the unsplit path", split, unsplit, kTolerance);
+      }
+    }
+}
+
 TEST(PagedCuda, Fp8PerTokenBiasLongContext) {
   FLASHGATE_REQUIRE_GPU();
   PagedConfig c = fp8(base(), ScaleMode::per_token);
@@ -471,7 +512,7 @@ TEST(PagedCuda, EightRowTileKeysAsM) {
                         {DType::bf16, true, ScaleMode::none, ScaleMode::per_token},
                         {DType::bf16, true, ScaleMode::per_token, ScaleMode::per_tensor}};
   int run = 0;
-  for (int64_t dims : {128, 64})  // 16-bit D64 has its own 8-row tile; fp8 runs D64 padded in the D128 one
+  for (int64_t dims : {128, 64})  // D64 has its own 8-row tile (fp8: 8-byte value loads, PagedTile::kRoundElems)
     for (const Kind& kind : kinds)
       for (int64_t G : {1, 2, 3, 4, 5, 8})
         for (int64_t lq = 1; lq <= 8 / G; lq = lq < 8 / G ? 8 / G : lq + 1) {  // 1, then 8 / G if larger
@@ -506,7 +547,7 @@ TEST(PagedCuda, EightRowTileKeysAsM) {
 }
 
 // The planner's table lookup (host code, no GPU needed): blocks of at most 8 rows with heads up to 128 take the
-// 8-row tile, every cache kind; more rows and wider heads the 16-row layout; 16-bit heads up to 64 their own tiles.
+// 8-row tile, every cache kind; more rows and wider heads the 16-row layout; heads up to 64 their own tiles.
 TEST(PagedTable, RowsPickTheTile) {
   using flashgate::cuda::CacheKind;
   using flashgate::cuda::find_paged_mma;
@@ -518,13 +559,13 @@ TEST(PagedTable, RowsPickTheTile) {
     EXPECT_EQ(find_paged_mma(kind, 129, 128, 8)->rows, 16);
     EXPECT_EQ(find_paged_mma(kind, 577, 512, 8), nullptr);
   }
-  for (CacheKind kind : {CacheKind::bf16, CacheKind::f16}) {
+  for (CacheKind kind : {CacheKind::bf16, CacheKind::f16, CacheKind::e4m3, CacheKind::e4m3_tokens}) {
     EXPECT_EQ(find_paged_mma(kind, 64, 64, 1)->kp, 64);
     EXPECT_EQ(find_paged_mma(kind, 64, 64, 8)->rows, 8);
     EXPECT_EQ(find_paged_mma(kind, 64, 64, 9)->rows, 16);
     EXPECT_EQ(find_paged_mma(kind, 64, 64, 9)->kp, 64);
+    EXPECT_EQ(find_paged_mma(kind, 64, 65, 8)->vp, 128);
   }
-  EXPECT_EQ(find_paged_mma(CacheKind::e4m3, 64, 64, 8)->kp, 128);  // fp8 runs D64 in the D128 tiles
 }
 
 // The per-token bias cases of the 16-row layout on the 8-row tile: decode at GQA 8, contexts of 4096 tokens,

@@ -21,4 +21,23 @@ case "$1" in
      for r in 1 2; do bench_variants "base$r=X=1" .devbin/py/base; bench_variants "tok$r=X=1" .devbin/py/tok; done
      fp8_tables base1 tok1 base2 tok2
      (cd $OUT && tar -czf run1.tgz bench_* *.log && rm -rf bench_* *.log) ;;
+  2) # branch fp8-d64 (.devbin/gpu_s23b.tar.xz): fp8 D64 in its own tiles (8-byte value loads) instead of padded in the
+     # D128 ones. The serving suite, memcheck and racecheck over the new D64 test; the paged rows at head dim 64 (every
+     # kind, the planner's counts) with main's package (b1cf7a8) and this tree's, 3 rounds each; the D128 benchmark
+     # rows once with each (the D128 kernels' code moved a little)
+     unpack gpu_s23b; NEW=$B
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'PagedCuda.Fp8HeadDim64:PagedCuda.EightRowTileKeysAsM'
+     racecheck $NEW 'PagedCuda.Fp8HeadDim64'
+     tree_package base .devbin/main_b1cf7a8.tar.xz; package d64 .
+     ROWS="B64 ctx 4096=0;B8 ctx 32768=0;B128 ctx 1024=0;B1 ctx 131072=0;verify 3 x 4 tokens, ctx 32768=0;verify 3 x 4 tokens, ctx 131072=0"
+     for v in base d64; do
+       PYTHONPATH=.devbin/py/$v timeout 200 python3 docs/benchmarks/sweep_slices.py $OUT/sweep_$v.tsv 3 "$ROWS" \
+         --head-dim 64 > $OUT/sweep_$v.log 2>&1
+       echo "sweep $v rc=$? at ${SECONDS}s"; python3 docs/benchmarks/sweep_table.py $OUT/sweep_$v.tsv
+     done
+     bench_variants "base=X=1" .devbin/py/base; bench_variants "d64=X=1" .devbin/py/d64
+     fp8_tables base d64
+     (cd $OUT && tar -czf run2.tgz bench_* *.log *.tsv && rm -rf bench_* *.log *.tsv) ;;
 esac

@@ -5,9 +5,9 @@
 // mma is free as long as Q uses the same one, so each lane's fragments come from its own 16 bytes; the
 // query fragments are staged once per CTA in that permuted order (key_dim()).
 // Values (B operand of O += P V): b0 needs keys 2c and 2c+1 of one head dim, i.e. two rows. A lane loads
-// 16 bytes (8 or 16 dims) of each of the rows 2c, 2c+1, 2c+8, 2c+9 and pairs them with byte permutes; the
-// mma's n index (g) then maps to head dim g * kElemsPer16B + t in n-tile t (value_dim()), which the
-// epilogue undoes.
+// 16 bytes (8 or 16 dims; 8 bytes of 64-byte fp8 rows) of each of the rows 2c, 2c+1, 2c+8, 2c+9 and pairs them
+// with byte permutes; the mma's n index (g) then maps to head dim g * (dims per load) + t in n-tile t
+// (PagedTile::value_dim), which the epilogue undoes.
 // fp8 e4m3 becomes f16 exactly, two values per conversion (ptx/cvt_fp8.h: one instruction on sm_89+), and
 // both mmas run in f16: the kernel scales each query row by a power of two into f16 range and P is in
 // [0, 1] (per-token V scales: normalised, see paged_kernel.cuh); scales stay in fp32 outside the mma.
@@ -78,9 +78,10 @@ struct Fragments {
     }
   }
 
-  // One register of a value B fragment: head dim t of the 16-byte chunks x (key a) and y (key a+1), as the
-  // pair (key a: low half, key a+1: high half).
-  __device__ static __forceinline__ uint32_t value_pair(const uint32_t (&x)[4], const uint32_t (&y)[4], int t) {
+  // One register of a value B fragment: head dim t of the 16-byte (or 8-byte: N = 2) loads x (key a) and y (key a+1),
+  // as the pair (key a: low half, key a+1: high half).
+  template <int N>
+  __device__ static __forceinline__ uint32_t value_pair(const uint32_t (&x)[N], const uint32_t (&y)[N], int t) {
     if constexpr (Tr::kFp8) {
       // Bytes u, u+1 of both words interleaved (x_u, y_u, x_u+1, y_u+1): dims t and t^1 of both keys, so the
       // two calls of a pair share one permute.
@@ -92,15 +93,17 @@ struct Fragments {
     }
   }
 
-  // Head dim of accumulator column n of n-tile t in a value round starting at `round_base`.
-  __host__ __device__ static constexpr int value_dim(int round_base, int n, int t) {
-    return round_base + n * kElemsPer16B + t;
-  }
 };
 
 __device__ __forceinline__ void lds128(uint32_t (&r)[4], const void* smem) {
   const uint4 v = *reinterpret_cast<const uint4*>(smem);
   r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
 }
+__device__ __forceinline__ void lds64(uint32_t (&r)[2], const void* smem) {
+  const uint2 v = *reinterpret_cast<const uint2*>(smem);
+  r[0] = v.x, r[1] = v.y;
+}
+__device__ __forceinline__ void lds_words(uint32_t (&r)[4], const void* smem) { lds128(r, smem); }
+__device__ __forceinline__ void lds_words(uint32_t (&r)[2], const void* smem) { lds64(r, smem); }
 
 }  // namespace flashgate::cuda

@@ -99,15 +99,16 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
   lo = ptx::pack2<Mma>(x0 - h.x, x1 - h.y);
 }
 
-// The 16 bytes of value rows row, row + 1, row + 8 and row + 9 (row = the warp's first row + 2c) at 16-byte column
-// `chunk` of a stage's values: both layouts' value fragments (Frag::value_pair pairs them).
-template <class Tile>
-__device__ __forceinline__ void load_value_words(const unsigned char* vst, int row, int chunk, uint32_t (&v0)[4],
-                                                 uint32_t (&v1)[4], uint32_t (&v8)[4], uint32_t (&v9)[4]) {
-  lds128(v0, vst + Tile::value_chunk(row, chunk));
-  lds128(v1, vst + Tile::value_chunk(row + 1, chunk));
-  lds128(v8, vst + Tile::value_chunk(row + 8, chunk));
-  lds128(v9, vst + Tile::value_chunk(row + 9, chunk));
+// Lane g's words (Tile::value_words) of value rows row, row + 1, row + 8 and row + 9 (row = the warp's first row
+// + 2c) in round `round` of warp column wv: both layouts' value fragments (Frag::value_pair pairs them).
+template <class Tile, int N = Tile::kValueWords>
+__device__ __forceinline__ void load_value_words(const unsigned char* vst, int row, int wv, int round, int g,
+                                                 uint32_t (&v0)[N], uint32_t (&v1)[N], uint32_t (&v8)[N],
+                                                 uint32_t (&v9)[N]) {
+  lds_words(v0, vst + Tile::value_words(row, wv, round, g));
+  lds_words(v1, vst + Tile::value_words(row + 1, wv, round, g));
+  lds_words(v8, vst + Tile::value_words(row + 8, wv, round, g));
+  lds_words(v9, vst + Tile::value_words(row + 9, wv, round, g));
 }
 
 }  // namespace paged_detail
@@ -118,7 +119,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   using Frag = typename Tile::Frag;
   using Mma = typename Tile::Traits::Mma;
   static_assert(sizeof(paged_detail::SharedRows) <= Tile::kRowInfoBytes, "row facts must fit their slot");
-  constexpr int E = Tile::E, KS = Tile::KS, VP = Tile::VP, VW = Tile::VW;
+  constexpr int KS = Tile::KS, VP = Tile::VP, VW = Tile::VW;
   ptx::launch_dependents();  // the split merge may start its CTAs now (it waits for this grid's partials)
 
   extern __shared__ __align__(128) unsigned char smem[];
@@ -539,14 +540,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         // O^T += V^T P^T: value n-tiles t and t + 1 of the 16-row layout are the two halves of one M tile.
 #pragma unroll
         for (int round = 0; round < Tile::kValueRounds; ++round) {
-          uint32_t v0[4], v1[4], v8[4], v9[4];
-          paged_detail::load_value_words<Tile>(vst, wrow + 2 * c, round * 8 + g, v0, v1, v8, v9);
+          uint32_t v0[Tile::kValueWords], v1[Tile::kValueWords], v8[Tile::kValueWords], v9[Tile::kValueWords];
+          paged_detail::load_value_words<Tile>(vst, wrow + 2 * c, 0, round, g, v0, v1, v8, v9);
 #pragma unroll
-          for (int t = 0; t < E; t += 2) {
+          for (int t = 0; t < Tile::kRoundElems; t += 2) {
             const uint32_t a[4] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v0, v1, t + 1),
                                    Frag::value_pair(v8, v9, t), Frag::value_pair(v8, v9, t + 1)};
-            ptx::mma_16816<Mma>(acc[(round * E + t) / 2], a, pb);
-            if (v_per_token) ptx::mma_16816<Mma>(acc[(round * E + t) / 2], a, pb_lo);
+            ptx::mma_16816<Mma>(acc[(round * Tile::kRoundElems + t) / 2], a, pb);
+            if (v_per_token) ptx::mma_16816<Mma>(acc[(round * Tile::kRoundElems + t) / 2], a, pb_lo);
           }
         }
       } else {
@@ -675,14 +676,13 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         // O += P V over this warp's value dims.
 #pragma unroll
         for (int round = 0; round < Tile::kValueRounds; ++round) {
-          uint32_t v0[4], v1[4], v8[4], v9[4];
-          const int chunk = (wv * VW * Tile::kBytes) / 16 + round * 8 + g;
-          paged_detail::load_value_words<Tile>(vst, wrow + 2 * c, chunk, v0, v1, v8, v9);
+          uint32_t v0[Tile::kValueWords], v1[Tile::kValueWords], v8[Tile::kValueWords], v9[Tile::kValueWords];
+          paged_detail::load_value_words<Tile>(vst, wrow + 2 * c, wv, round, g, v0, v1, v8, v9);
 #pragma unroll
-          for (int t = 0; t < E; ++t) {
+          for (int t = 0; t < Tile::kRoundElems; ++t) {
             const uint32_t b[2] = {Frag::value_pair(v0, v1, t), Frag::value_pair(v8, v9, t)};
-            ptx::mma_16816<Mma>(acc[round * E + t], pa, b);
-            if (v_per_token) ptx::mma_16816<Mma>(acc[round * E + t], pa_lo, b);
+            ptx::mma_16816<Mma>(acc[round * Tile::kRoundElems + t], pa, b);
+            if (v_per_token) ptx::mma_16816<Mma>(acc[round * Tile::kRoundElems + t], pa_lo, b);
           }
         }
       }
@@ -737,15 +737,15 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
 #pragma unroll
       for (int round = 0; round < Tile::kValueRounds; ++round)
 #pragma unroll
-        for (int t = 0; t < E; ++t) {
+        for (int t = 0; t < Tile::kRoundElems; ++t) {
           if constexpr (Tile::kKeysAsM) {  // value dim of lane g in n-tile t, row 2c + rs
-            const int d = Frag::value_dim(round * 8 * E, g, t);
-            mine[r * VP + Tile::reduce_col(r, d)] = acc[(round * E + t) / 2][2 * (t & 1) + rs] * factor;
+            const int d = Tile::value_dim(round, g, t);
+            mine[r * VP + Tile::reduce_col(r, d)] = acc[(round * Tile::kRoundElems + t) / 2][2 * (t & 1) + rs] * factor;
           } else {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const int d = Frag::value_dim(wv * VW + round * 8 * E, 2 * c + e, t);
-              mine[r * VP + Tile::reduce_col(r, d)] = acc[round * E + t][2 * rs + e] * factor;
+              const int d = wv * VW + Tile::value_dim(round, 2 * c + e, t);
+              mine[r * VP + Tile::reduce_col(r, d)] = acc[round * Tile::kRoundElems + t][2 * rs + e] * factor;
             }
           }
         }

@@ -14,8 +14,9 @@ namespace flashgate::cuda {
 #define FLASHGATE_PAGED_HEADS_16BIT(X, kind)                                                                       \
   X(kind, 64, 64, 8) X(kind, 64, 64, 16) X(kind, 128, 128, 8) X(kind, 128, 128, 16) X(kind, 256, 256, 16)            \
       X(kind, 512, 512, 16) X(kind, 576, 512, 16)
-#define FLASHGATE_PAGED_HEADS_FP8(X, kind) \
-  X(kind, 128, 128, 8) X(kind, 128, 128, 16) X(kind, 256, 256, 16) X(kind, 512, 512, 16) X(kind, 576, 512, 16)
+#define FLASHGATE_PAGED_HEADS_FP8(X, kind)                                                                      \
+  X(kind, 64, 64, 8) X(kind, 64, 64, 16) X(kind, 128, 128, 8) X(kind, 128, 128, 16) X(kind, 256, 256, 16)            \
+      X(kind, 512, 512, 16) X(kind, 576, 512, 16)
 
 // Shared memory of one mma instantiation, for the planner's choice of pipeline depth.
 struct PagedKernelShape {

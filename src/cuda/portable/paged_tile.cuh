@@ -33,7 +33,11 @@ struct PagedTile {
   static constexpr int kKeyRowBytes = KP * kBytes, kValueRowBytes = VP * kBytes;
   static constexpr int kKSteps = KP / 16;
   static constexpr int kKeyRounds = KP / Frag::kDimsPerKeyRound;
-  static constexpr int kValueRounds = VW / (8 * E);
+  // A value round: the 8 lanes g of a row load 16 bytes each (8 E dims), or where a warp's value row is 64 bytes
+  // (fp8 D64) 8 bytes each; lane g then holds dims g * kRoundElems + t of the round, t < kRoundElems.
+  static constexpr int kRoundElems = VW < 8 * E ? E / 2 : E;
+  static constexpr int kValueRounds = VW / (8 * kRoundElems);
+  static constexpr int kValueWords = kRoundElems * kBytes / 4;  // registers of a lane's load of one value row
   static constexpr int kValueTiles = VW / 8;
   // Accumulator tiles per warp: 16 rows x 8 value dims each, or with keys as M 16 value dims x 8 rows.
   static constexpr int kAccTiles = kKeysAsM ? kValueTiles / 2 : kValueTiles;
@@ -101,7 +105,8 @@ struct PagedTile {
       KP != 128 || VP != 128 ? 0 : Traits::kFp8 ? (Traits::kTokenScales ? 0 : 3) : (kKeysAsM ? 1 : 0);
 
   static_assert(KP % Frag::kDimsPerKeyRound == 0, "key dims must fill whole 16-byte lane loads");
-  static_assert(VW % (8 * E) == 0 && kValueRowBytes % 128 == 0, "value dims must fill whole rounds");
+  static_assert(VW % (8 * kRoundElems) == 0 && (kValueRowBytes % 128 == 0 || kValueRowBytes == 64),
+                "value dims must fill whole rounds");
   static_assert(VP % 32 == 0, "reduce_col permutes dims within aligned groups of 32");
   static_assert(WV * WK == kWarps, "warps must tile keys x value dims");
   static_assert(kMergeSlots <= 2, "the loads held back for the merge fit one commit group per skipped stage");
@@ -113,9 +118,21 @@ struct PagedTile {
   __host__ __device__ static constexpr int key_chunk(int row, int chunk) {
     return row * kKeyRowBytes + ((kSwizzleKeys ? (chunk ^ ((row & 1) << 2)) : chunk) << 4);
   }
-  // Value rows 2c, 2c+2, 2c+4, 2c+6 (one load phase) shift their chunks by 0, 2, 4, 6.
+  // Value rows 2c, 2c+2, 2c+4, 2c+6 (one load phase) shift their chunks by 0, 2, 4, 6. 64-byte rows (8-byte lane
+  // loads, one phase per half warp: 4 rows x 32 bytes) swap rows 4i+2 and 4i+3 and shift the chunks of rows
+  // 4..7 of every 8 by 2, so that the four rows of a phase take the four 32-byte quarters of the banks.
   __host__ __device__ static constexpr int value_chunk(int row, int chunk) {
+    if (kValueRowBytes == 64) return (row ^ ((row >> 1) & 1)) * 64 + ((chunk ^ (((row >> 2) & 1) << 1)) << 4);
     return row * kValueRowBytes + ((chunk ^ (((row >> 1) & 3) << 1)) << 4);
+  }
+  // Byte offset of lane g's words of value row `row` in round `round` of warp column wv.
+  __host__ __device__ static constexpr int value_words(int row, int wv, int round, int g) {
+    if (kRoundElems < E) return value_chunk(row, g >> 1) + (g & 1) * 8;  // one round (VW = 64)
+    return value_chunk(row, wv * VW * kBytes / 16 + round * 8 + g);
+  }
+  // Value dim of accumulator column n (the lane's g in the fragments) of n-tile t in round `round`.
+  __host__ __device__ static constexpr int value_dim(int round, int n, int t) {
+    return round * 8 * kRoundElems + n * kRoundElems + t;
   }
   // Column of value dim d of row r in the cross-warp merge buffer ([WK][16][VP] floats). An accumulator store
   // covers 8 rows x 4 lane columns whose dims lie 8 or 16 apart, i.e. 2 banks unswizzled (16-way conflicts);
