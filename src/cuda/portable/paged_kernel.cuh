@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   const unsigned char* kbase0 = static_cast<const unsigned char*>(p.k) + kv_head0 * p.k_head_stride * Tile::kBytes;
   const unsigned char* vbase0 = static_cast<const unsigned char*>(p.v) + kv_head0 * p.v_head_stride * Tile::kBytes;
   // Per-token scales: lane r < kRowsPerWarp copies row r's K scale, lane kRowsPerWarp + r its V scale, so one
-  // copy per lane serves both operands; the lane's operand (base, strides, slot in the stage) is fixed here.
-  // Strides are 0 unless per token; an operand without a scale writes 1 (no base).
+  // copy per lane serves both operands (load_stage). Strides are 0 unless per token; an operand without a scale
+  // writes 1 (no base).
   const int scale_row = lane % kRowsPerWarp;
   const paged_detail::WarpRowCopy<Tile::kKeyRowBytes / 16, kRowsPerWarp> copy_keys(key_bytes, lane);
   const paged_detail::WarpRowCopy<Tile::kValueRowBytes / 16, kRowsPerWarp> copy_values(value_bytes, lane);
@@ -261,7 +261,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       // Offsets in 32 bits: serving.cpp refuses scale views spanning 2^31 elements. The lane's operand facts
       // are read from the parameters here, not kept in registers across the loop.
       const bool scale_of_values = lane >= kRowsPerWarp;
-      float* dst = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + row0 + scale_row + (scale_of_values ? KS : 0);
+      float* dst =
+          reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + row0 + scale_row + (scale_of_values ? KS : 0);
       const float* base = scale_of_values ? p.v_scale : p.k_scale;
       const int64_t(&strides)[3] = scale_of_values ? p.v_scale_strides : p.k_scale_strides;
       if (!base) {

@@ -80,9 +80,10 @@ struct PagedTile {
   // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
   static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
   // Register budget: 4 CTAs per SM (128 registers) for fp8 D128 (2 stages on the H200, kShallowRing; on sm_90a
-  // it spills 4 B per tensor and per token, a reload or two per stage); 3 (<= 170 registers) where an H200's
-  // shared memory holds 3 (fp8 up to D256, D64); elsewhere it holds 2, and up to 255 registers avoid spills. The
-  // planner picks the stages that keep this count.
+  // its 16-row tile spills 4 B per tensor and 12 B per token, a reload or a few per stage: session 23's per-token
+  // scale copies cost the 8 B more and still made its verify rows 1-4% faster); 3 (<= 170 registers) where an
+  // H200's shared memory holds 3 (fp8 up to D256, D64); elsewhere it holds 2, and up to 255 registers avoid
+  // spills. The planner picks the stages that keep this count.
   static constexpr int kMinBlocksPerSM = kFourCtas ? 4 : (Traits::kFp8 && VP <= 256) || VP <= 64 ? 3 : 2;
   // The launch bound: sm_8x keeps 3 for fp8 D128 (its emulated fp8 conversions spill 20 B at 128 registers,
   // and an A100's 164 KB of shared memory holds 3 such CTAs at most).
