@@ -40,4 +40,20 @@ case "$1" in
      bench_variants "base=X=1" .devbin/py/base; bench_variants "d64=X=1" .devbin/py/d64
      fp8_tables base d64
      (cd $OUT && tar -czf run2.tgz bench_* *.log *.tsv && rm -rf bench_* *.log *.tsv) ;;
+  4) # main 4a02abd (.devbin/gpu_s23d.tar.xz; the kernels of af573be, run 2): the default run; this tree's package,
+     # pytest on the GPU, the benchmark (of record); ncu of the fp8 D64 8-row tile at paged B64/4096 (per tensor, per
+     # token): where its time goes now that it no longer runs padded
+     unpack gpu_s23d; NEW=$B
+     main_job $NEW
+     package_and_record
+     for v in "fp8t --fp8 per-tensor" "fp8k --fp8 per-token"; do
+       name=${v%% *}; args=${v#* }
+       timeout 120 ncu --clock-control none --kernel-name regex:paged_mma --launch-skip 2 --launch-count 1 \
+         --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+         --section LaunchStats --section Occupancy $NEW/flashgate run ${ROW64/--head-dim 128/--head-dim 64} $args \
+         --iters 3 > $OUT/ncu_d64_$name.log 2>&1
+       echo "ncu $name rc=$? at ${SECONDS}s"
+     done
+     grep -E "Duration|DRAM Throughput|Memory Throughput|L2 Hit|Issued Warp|No Eligible|Active Warps Per|Eligible Warps|Achieved Occupancy|Registers Per|Block Limit" $OUT/ncu_d64_*.log
+     (cd $OUT && tar -czf run4.tgz bench *.log && rm -rf bench *.log) ;;
 esac
