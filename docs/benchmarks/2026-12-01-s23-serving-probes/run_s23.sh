@@ -56,4 +56,18 @@ case "$1" in
      done
      grep -E "Duration|DRAM Throughput|Memory Throughput|L2 Hit|Issued Warp|No Eligible|Active Warps Per|Eligible Warps|Achieved Occupancy|Registers Per|Block Limit" $OUT/ncu_d64_*.log
      (cd $OUT && tar -czf run4.tgz bench *.log && rm -rf bench *.log) ;;
+  5) # main: the fp8 D64 tile reads 64-byte rows (half an L2 line; the other half is the next kv head's, read by another
+     # CTA), DRAM 58% in run 4's ncu. Variants with an L2 prefetch-size hint on the 16-byte row copies (L2::128B: the
+     # whole line; L2::256B: two) against main, the D64 rows (every kind; bf16's 128-byte rows the control), 3 rounds
+     main_package
+     SRC='cp.async.cg.shared.global \[%0\], \[%1\], 16, %2'
+     variant_package l2x128 src/cuda/ptx/cp_async.h "s/$SRC/cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2/"
+     variant_package l2x256 src/cuda/ptx/cp_async.h "s/$SRC/cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2/"
+     ROWS="B64 ctx 4096=0;B8 ctx 32768=0;B128 ctx 1024=0;B1 ctx 131072=0;verify 3 x 4 tokens, ctx 32768=0;verify 3 x 4 tokens, ctx 131072=0"
+     for v in main l2x128 l2x256; do
+       PYTHONPATH=.devbin/py/$v timeout 200 python3 docs/benchmarks/sweep_slices.py $OUT/sweep_$v.tsv 3 "$ROWS" \
+         --head-dim 64 > $OUT/sweep_$v.log 2>&1
+       echo "sweep $v rc=$? at ${SECONDS}s"; python3 docs/benchmarks/sweep_table.py $OUT/sweep_$v.tsv
+     done
+     (cd $OUT && tar -czf run5.tgz *.log *.tsv && rm -rf *.log *.tsv) ;;
 esac
