@@ -70,4 +70,16 @@ case "$1" in
        echo "sweep $v rc=$? at ${SECONDS}s"; python3 docs/benchmarks/sweep_table.py $OUT/sweep_$v.tsv
      done
      (cd $OUT && tar -czf run5.tgz *.log *.tsv && rm -rf *.log *.tsv) ;;
+  6) # main with the L2::128B hint on rows shorter than a line (.devbin/gpu_s23e.tar.xz): the serving suite, memcheck
+     # over the D64 and 8-row tests; the D64 rows (every kind) with this tree's package, 3 rounds
+     unpack gpu_s23e; NEW=$B
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW 'PagedCuda.Fp8HeadDim64:PagedCuda.EightRowTileKeysAsM:PagedCuda.Fp8ScaleModesAndPages'
+     main_package
+     ROWS="B64 ctx 4096=0;B8 ctx 32768=0;B128 ctx 1024=0;B1 ctx 131072=0;verify 3 x 4 tokens, ctx 32768=0;verify 3 x 4 tokens, ctx 131072=0"
+     PYTHONPATH=.devbin/py/main timeout 200 python3 docs/benchmarks/sweep_slices.py $OUT/sweep_main.tsv 3 "$ROWS" \
+       --head-dim 64 > $OUT/sweep_main.log 2>&1
+     echo "sweep main rc=$? at ${SECONDS}s"; python3 docs/benchmarks/sweep_table.py $OUT/sweep_main.tsv
+     (cd $OUT && tar -czf run6.tgz *.log *.tsv && rm -rf *.log *.tsv) ;;
 esac

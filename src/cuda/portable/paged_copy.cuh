@@ -28,6 +28,10 @@ struct WarpRowCopy {
   static constexpr int kChunkPasses = (kChunks + kLanes - 1) / kLanes;
   static_assert(32 % kLanes == 0 && kRowsPerWarp % kRowsPerPass == 0, "a pass must cover whole rows");
 
+  // Rows shorter than a 128-byte line prefetch the whole line into L2: in vLLM's layout its other part is the next kv
+  // head's row, which another CTA reads about now (ptx::cp_async_16_line).
+  static constexpr bool kWholeLines = kChunks < 8;
+
   int lane_row;                        // row of this lane within a pass
   int chunk[kChunkPasses];             // this lane's chunk in each chunk pass
   int src_chunk[kChunkPasses];         // its source byte offset in the row (0 for a chunk past the row)
@@ -68,10 +72,15 @@ struct WarpRowCopy {
 #pragma unroll
       for (int pass = 0; pass < kChunkPasses; ++pass) {
         if (kChunks % kLanes != 0 && chunk[pass] >= kChunks) continue;  // past the padded row (wide rows only)
-        ptx::cp_async_16(stage + chunk_offset(row0 + r + lane_row, chunk[pass]), src + src_chunk[pass],
-                         chunk_bytes[pass]);  // 16, or 0 past the row (zero-filled padding dims)
+        copy16(stage + chunk_offset(row0 + r + lane_row, chunk[pass]), src + src_chunk[pass],
+               chunk_bytes[pass]);  // 16, or 0 past the row (zero-filled padding dims)
       }
     }
+  }
+
+  __device__ static __forceinline__ void copy16(unsigned char* dst, const unsigned char* src, uint32_t bytes) {
+    if constexpr (kWholeLines) ptx::cp_async_16_line(dst, src, bytes);
+    else ptx::cp_async_16(dst, src, bytes);
   }
 
   template <bool kWhole, class ChunkOffset>
@@ -88,7 +97,7 @@ struct WarpRowCopy {
         if (kChunks % kLanes != 0 && chunk[pass] >= kChunks) continue;  // past the padded row (wide rows only)
         const uint32_t n =
             kWhole ? (row_live && chunk_bytes[pass] != 0 ? 16u : 0u) : (row_live ? chunk_bytes[pass] : 0u);
-        ptx::cp_async_16(stage + chunk_offset(row0 + row, chunk[pass]), row_src + src_chunk[pass], n);
+        copy16(stage + chunk_offset(row0 + row, chunk[pass]), row_src + src_chunk[pass], n);
       }
     }
   }
