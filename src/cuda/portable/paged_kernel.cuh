@@ -17,7 +17,8 @@
 //   through the block table, so a page of any size and any strides works; rows outside the slice and the
 //   padding dims past K or V are zero-filled by the same copies (NaN in unused slots or an earlier stage
 //   cannot leak into the mma).
-// - Fragments come from shared memory with plain 16-byte loads (paged_fragments.cuh): fp16/bf16 and fp8
+// - Fragments come from shared memory with plain 16-byte loads (8-byte for fp8 D64's 64-byte value rows;
+//   paged_fragments.cuh, PagedTile::kRoundElems): fp16/bf16 and fp8
 //   caches share the code, fp8 converts to f16 exactly in registers (one instruction per pair on sm_89+)
 //   and both mmas run in f16: each query row is scaled by a power of two so its largest element lies in
 //   [2^14, 2^15) (f16 range; the scores undo it), P lies in [0, 1]. Per-token K scales multiply score
@@ -29,7 +30,7 @@
 //   take their own kernel family (CacheKind::e4m3_tokens), which reads both operands' scales per token;
 //   per-tensor fp8 (CacheKind::e4m3) compiles without any of it: no scale copies, no second mma.
 // - Row blocks of at most 8 rows (decode at GQA <= 8 under the caller's max_seqlen_q) take an 8-row tile on D128
-//   (every cache kind) and 16-bit D64 (PagedTile::kKeysAsM): keys become the mma's M, S^T = K Q^T and O^T = V^T P^T
+//   and D64 (every cache kind; PagedTile::kKeysAsM): keys become the mma's M, S^T = K Q^T and O^T = V^T P^T
 //   with the rows in n8, so a warp's 16 keys cost 8 + 8 mmas instead of 16 + 16 and a lane holds 4 scores and 32
 //   accumulators instead of 8 and 64. The key and value fragments are the 16-row layout's (its B operands,
 //   paired into A); P^T reaches the B operand by movmatrix (the transpose the 16-row layout avoids by keeping P
