@@ -82,4 +82,14 @@ case "$1" in
        --head-dim 64 > $OUT/sweep_main.log 2>&1
      echo "sweep main rc=$? at ${SECONDS}s"; python3 docs/benchmarks/sweep_table.py $OUT/sweep_main.tsv
      (cd $OUT && tar -czf run6.tgz *.log *.tsv && rm -rf *.log *.tsv) ;;
+  7) # branch scale-line (.devbin/gpu_s23f.tar.xz): the per-token scale copies prefetch their whole 128-byte line into L2
+     # (a page's 16 scales of one kv head are 64 bytes; the next kv head's share the line). The serving suite; main's
+     # package (5d87c39) against this tree's, the serving rows alternating twice
+     unpack gpu_s23f; NEW=$B
+     serving_suite $NEW
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     tree_package base .devbin/main_5d87c39.tar.xz; package sl .
+     for r in 1 2; do bench_variants "base$r=X=1" .devbin/py/base; bench_variants "sl$r=X=1" .devbin/py/sl; done
+     fp8_tables base1 sl1 base2 sl2
+     (cd $OUT && tar -czf run7.tgz bench_* *.log && rm -rf bench_* *.log) ;;
 esac

@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         const int offset = (kv_head0 + load_head) * static_cast<int>(strides[1]) +
                            static_cast<int>(kr.block) * static_cast<int>(strides[0]) +
                            static_cast<int>(kr.slot) * static_cast<int>(strides[2]);
-        ptx::cp_async_4(dst, base + (ok ? offset : 0), ok ? 4 : 0);
+        ptx::cp_async_4_line(dst, base + (ok ? offset : 0), ok ? 4 : 0);
       }
     }
   };

@@ -36,6 +36,12 @@ __device__ __forceinline__ void cp_async_8(void* smem, const void* gmem, uint32_
 __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, uint32_t src_bytes = 4) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(src_bytes));
 }
+// With an L2 prefetch of the whole 128-byte line (as cp_async_16_line): per-token scales, whose 16 floats of one
+// page and kv head share a line with the next kv head's.
+__device__ __forceinline__ void cp_async_4_line(void* smem, const void* gmem, uint32_t src_bytes) {
+  asm volatile("cp.async.ca.shared.global.L2::128B [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+               "r"(src_bytes));
+}
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
