@@ -66,11 +66,14 @@ variant_package() {
 tree_package() {
   rm -rf /tmp/tree_$1 && mkdir -p /tmp/tree_$1 && tar -xf $2 -C /tmp/tree_$1 && package $1 /tmp/tree_$1
 }
-# serving_validation BINDIR: the serving suite (its first failures printed) and memcheck over the split tests
+# serving_validation BINDIR [FILTER]: the serving suite (its first failures printed) and memcheck over FILTER (default:
+# the split tests; "-": none)
 serving_validation() {
   serving_suite $1
   grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
-  memcheck $1 'PagedCuda.EverySplitCountAgrees:DecodeCuda.EverySplitCountAgrees:PagedCuda.HeuristicSplitsLongVerify'
+  local splits=PagedCuda.EverySplitCountAgrees:DecodeCuda.EverySplitCountAgrees:PagedCuda.HeuristicSplitsLongVerify
+  local filter=${2:-$splits}
+  [ "$filter" = - ] || memcheck $1 "$filter"
 }
 # package_and_record: this tree's package, pytest on the GPU and the benchmark of record (its fp8 table printed)
 package_and_record() {
