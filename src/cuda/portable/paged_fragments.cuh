@@ -92,7 +92,6 @@ struct Fragments {
       return __byte_perm(x[t >> 1], y[t >> 1], (t & 1) ? 0x7632 : 0x5410);
     }
   }
-
 };
 
 __device__ __forceinline__ void lds128(uint32_t (&r)[4], const void* smem) {
