@@ -235,8 +235,6 @@ TEST(PagedCuda, Fp8MixedScaleModes) {
   }
 }
 
-// The per-token V scale must not be rounded onto P at 8 bits: a long context with 20x magnitude spread
-// shows the bias that rounding would leave (about 0.3%).
 // fp8 D64 in its own tiles (64-byte rows: 8-byte value loads and their swizzle, PagedTile::value_chunk): both
 // layouts (decode rows at GQA 4 take the 8-row tile, verify rows the 16-row one), every scale mode, pages of 16 and
 // 128, a window and sink, forced splits, against the reference and the unsplit path.
@@ -277,6 +275,8 @@ TEST(PagedCuda, Fp8HeadDim64) {
     }
 }
 
+// The per-token V scale must not be rounded onto P at 8 bits: a long context with 20x magnitude spread
+// shows the bias that rounding would leave (about 0.3%).
 TEST(PagedCuda, Fp8PerTokenBiasLongContext) {
   FLASHGATE_REQUIRE_GPU();
   PagedConfig c = fp8(base(), ScaleMode::per_token);

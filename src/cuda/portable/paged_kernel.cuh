@@ -102,10 +102,10 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t& hi, uin
 
 // Lane g's words (Tile::value_words) of value rows row, row + 1, row + 8 and row + 9 (row = the warp's first row
 // + 2c) in round `round` of warp column wv: both layouts' value fragments (Frag::value_pair pairs them).
-template <class Tile, int N = Tile::kValueWords>
+template <class Tile>
 __device__ __forceinline__ void load_value_words(const unsigned char* vst, int row, int wv, int round, int g,
-                                                 uint32_t (&v0)[N], uint32_t (&v1)[N], uint32_t (&v8)[N],
-                                                 uint32_t (&v9)[N]) {
+                                                 uint32_t (&v0)[Tile::kValueWords], uint32_t (&v1)[Tile::kValueWords],
+                                                 uint32_t (&v8)[Tile::kValueWords], uint32_t (&v9)[Tile::kValueWords]) {
   lds_words(v0, vst + Tile::value_words(row, wv, round, g));
   lds_words(v1, vst + Tile::value_words(row + 1, wv, round, g));
   lds_words(v8, vst + Tile::value_words(row + 8, wv, round, g));
