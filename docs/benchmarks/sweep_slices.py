@@ -7,9 +7,9 @@ For each split row (bench/rows.txt: the paged rows, and decode B8/32768) and cac
 each slice count (FLASHGATE_NUM_SPLITS, read by the planner on every call; 0: the planner's own) is captured in a CUDA
 graph and timed as the benchmark times it (after do_bench's flush, and back to back), the counts interleaved over
 ROUNDS rounds so that drift hits all of them alike. `short`: the planner's count and a few near the best of session
-21's run 1; `ROW=N,N;...`: those rows (names as in rows.txt, decode rows as "decode NAME") at those counts only;
-`--kinds`: bf16, per-tensor, per-token (default all; decode rows are bf16 only); `--head-dim`: the rows at head dim D
-(K = V = D) instead of theirs. One line per (row, kind, slices,
+21's run 1; `ROW=N,N;...`: those rows (names as in rows.txt, decode rows as "decode NAME") at those counts only
+(a count `NhH`: N slices with H kv heads per CTA in turn, FLASHGATE_HEADS_PER_CTA); `--kinds`: bf16, per-tensor,
+per-token (default all; decode rows are bf16 only); `--head-dim`: the rows at head dim D (K = V = D) instead of theirs. One line per (row, kind, slices,
 round): ms flushed, ms back to back. Outputs are not checked (variants that skip work are timed too)."""
 import argparse
 import dataclasses
@@ -43,7 +43,7 @@ def parse_counts(spec):
     counts = {}
     for item in spec.split(";"):
         name, values = item.split("=")
-        counts[name.strip()] = [int(x) for x in values.split(",") if x]
+        counts[name.strip()] = [x.strip() for x in values.split(",") if x.strip()]
     return counts
 
 
@@ -77,10 +77,13 @@ def main():
         for label, row, kind, fp8, make_fwd in cases(counts, kinds, args.head_dim):
             t = serving_inputs(row, fp8)
             graphs = {}
-            for s in [0] + counts[label]:
-                os.environ["FLASHGATE_NUM_SPLITS"] = str(s)
+            for s in ["0"] + [str(c) for c in counts[label]]:
+                splits, _, heads = s.partition("h")
+                os.environ["FLASHGATE_NUM_SPLITS"] = splits
+                os.environ["FLASHGATE_HEADS_PER_CTA"] = heads or "0"
                 graphs[s] = measure.graph_replay(make_fwd(t))
             os.environ.pop("FLASHGATE_NUM_SPLITS")
+            os.environ.pop("FLASHGATE_HEADS_PER_CTA")
             for r in range(args.rounds):
                 for s, g in graphs.items():
                     ms, b2b = measure.median_ms(g), measure.back_to_back_ms(g)

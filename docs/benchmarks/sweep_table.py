@@ -15,7 +15,7 @@ def load(path):
     times = collections.defaultdict(list)
     with open(path) as f:
         for r in csv.DictReader(f, delimiter="\t"):
-            times[(r["row"], r["kind"], int(r["slices"]))].append((float(r["ms_flushed"]), float(r["ms_back_to_back"])))
+            times[(r["row"], r["kind"], r["slices"])].append((float(r["ms_flushed"]), float(r["ms_back_to_back"])))
     return {k: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v)) for k, v in times.items()}
 
 
@@ -29,7 +29,7 @@ def main():
         for s in sweeps:
             t = s.get(key)
             cells.append(f"{t[0] * 1e3:.1f} / {t[1] * 1e3:.1f} ({t[0] / first[0]:.3f})" if t else "-")
-        print(f"| {key[0]} | {key[1]} | {key[2] or 'plan'} | " + " | ".join(cells) + " |")
+        print(f"| {key[0]} | {key[1]} | {'plan' if key[2] == '0' else key[2]} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
