@@ -131,6 +131,8 @@ struct PagedTile {
     if (kRoundElems < E) return value_chunk(row, g >> 1) + (g & 1) * 8;  // one round (VW = 64)
     return value_chunk(row, wv * VW * kBytes / 16 + round * 8 + g);
   }
+  // Row (0..15) of a lane's row slot rs (0 or 1): g and g + 8, or with keys as M 2c and 2c + 1.
+  __host__ __device__ static constexpr int lane_row(int g, int c, int rs) { return kKeysAsM ? 2 * c + rs : g + 8 * rs; }
   // Value dim of accumulator column n (the lane's g in the fragments) of n-tile t in round `round`.
   __host__ __device__ static constexpr int value_dim(int round, int n, int t) {
     return round * 8 * kRoundElems + n * kRoundElems + t;
