@@ -26,4 +26,18 @@ case "$1" in
      PYTHONPATH=.devbin/py/main timeout 300 python3 docs/benchmarks/sweep_slices.py $OUT/sweep_heads.tsv 4 "$SPEC" \
        --kinds bf16 > $OUT/sweep_heads.log 2>&1
      echo "sweep rc=$? at ${SECONDS}s"; python3 docs/benchmarks/sweep_table.py $OUT/sweep_heads.tsv ;;
+  3) # branch finish-head (.devbin/gpu_s24a.tar.xz): the kernel's per-head merge and write moved to paged_finish.cuh
+     # (same instruction counts, a few reordered). The default run, the serving suite, memcheck over the split and
+     # 8-row tests, racecheck over the 8-row tests; main's package (7150796) against this tree's, the serving rows
+     # alternating twice; pytest on the GPU with this tree's package
+     unpack gpu_s24a; NEW=$B
+     main_job $NEW
+     serving_validation $NEW \
+       'PagedCuda.EverySplitCountAgrees:DecodeCuda.EverySplitCountAgrees:*EightRowTileKeysAsM:PagedCuda.Fp8HeadDim64'
+     racecheck $NEW '*EightRowTileKeysAsM:PagedCuda.Fp8HeadDim64'
+     tree_package base .devbin/main_7150796.tar.xz; main_package
+     for r in 1 2; do bench_variants "base$r=X=1" .devbin/py/base; bench_variants "head$r=X=1" .devbin/py/main; done
+     fp8_tables base1 head1 base2 head2
+     gpu_pytest
+     (cd $OUT && tar -czf run3.tgz bench_* *.log && rm -rf bench_* *.log) ;;
 esac
