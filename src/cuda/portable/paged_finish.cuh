@@ -25,11 +25,8 @@ struct SharedRows {
   int64_t gate_row[16];  // decode gate: offset of the row's terms in p.gate_bias (read in the gate branch only)
 };
 
-// A thread's place in the CTA: its warp's key group wk and value group wv, and its lane's mma coordinates.
-struct ServingThread {
-  int tid, lane, warp, wk, wv;
-  int g, c;  // lane / 4, lane % 4
-};
+// 2^e as a float, exactly, for e in [-126, 127].
+__device__ __forceinline__ float pow2(int e) { return __uint_as_float(static_cast<uint32_t>(e + 127) << 23); }
 
 __device__ __forceinline__ void store_qo(void* base, int64_t i, DType t, float x) {
   if (t == DType::bf16) static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(x);
@@ -37,15 +34,17 @@ __device__ __forceinline__ void store_qo(void* base, int64_t i, DType t, float x
 }
 
 // The merge and the write of one kv head, after every warp has left the stage loop. The ring's last consumed
-// slots (before `read_slot`, the next to read) hold no loads in flight; `acc_unit` multiplies the accumulators
-// (per-token V: the power of two P * scale was divided by; else 1). Ends before the CTA's closing barrier.
+// slots (before `read_slot`, the next to read) hold no loads in flight; per-token V: P * scale entered the mma
+// divided by 2^(v_exp - 127). Ends before the CTA's closing barrier.
 template <class Tile>
-__device__ __forceinline__ void finish_head(const ServingParams& p, const ServingThread& me, const SharedRows* rows,
+__device__ __forceinline__ void finish_head(const ServingParams& p, const SharedRows* rows,
                                             float* merge_facts, unsigned char* ring, int stages, int read_slot,
                                             const SoftmaxRow (&softmax)[2], const float (&acc)[Tile::kAccTiles][4],
-                                            float acc_unit, int split) {
+                                            int v_exp, int split) {
   constexpr int VP = Tile::VP, VW = Tile::VW;
-  const int tid = me.tid, lane = me.lane, warp = me.warp, wk = me.wk, wv = me.wv, g = me.g, c = me.c;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wk = warp / Tile::WV, wv = warp % Tile::WV;
+  const int g = lane >> 2, c = lane & 3;
   // Warp w's part ([16][VP]) lies in the (w / kPartsPerSlot)-th most recently consumed slot (no load is in
   // flight to those, see load_end), or from the ring's start where parts do not fit a slot.
   const int last_slot = read_slot == 0 ? stages - 1 : read_slot - 1;
@@ -83,9 +82,9 @@ __device__ __forceinline__ void finish_head(const ServingParams& p, const Servin
     float m = -INFINITY;
 #pragma unroll
     for (int w = 0; w < Tile::WK; ++w) m = fmaxf(m, red_max[w * Tile::kRows + r]);
-    // 0 for a warp that saw nothing; times acc_unit.
+    // 0 for a warp that saw nothing; per-token V: times the unit P * scale was divided by.
     float factor = exp2f(softmax[rs].max2 - (m == -INFINITY ? 0.f : m));
-    factor *= acc_unit;
+    if (Tile::Traits::kTokenScales) factor *= pow2(v_exp - 127);
 #pragma unroll
     for (int round = 0; round < Tile::kValueRounds; ++round)
 #pragma unroll

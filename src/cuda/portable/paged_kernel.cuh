@@ -67,9 +67,6 @@ __device__ __forceinline__ float load_qo(const void* base, int64_t i, DType t) {
                           : __half2float(static_cast<const __half*>(base)[i]);
 }
 
-// 2^e as a float, exactly, for e in [-126, 127].
-__device__ __forceinline__ float pow2(int e) { return __uint_as_float(static_cast<uint32_t>(e + 127) << 23); }
-
 // The power of two s that puts amax * 2^s in [2^14, 2^15) (clamped for zero, subnormal or non-finite amax).
 __device__ __forceinline__ int f16_range_shift(float amax) {
   const int biased = static_cast<int>((__float_as_uint(amax) >> 23) & 0xff);
@@ -682,9 +679,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
     }
 
     // Merge the warps' partial states and write the rows (paged_finish.cuh).
-    const float acc_unit = v_per_token ? paged_detail::pow2(v_exp - 127) : 1.f;
-    paged_detail::finish_head<Tile>(p, {tid, lane, warp, wk, wv, g, c}, rows, merge_facts, ring, stages, read_slot,
-                                    softmax, acc, acc_unit, split);
+    paged_detail::finish_head<Tile>(p, rows, merge_facts, ring, stages, read_slot, softmax, acc, v_exp, split);
     __syncthreads();  // rows, query fragments and the merge's slots are free for the next head
   }
   ptx::cp_async_wait<0>();  // a CTA without keys still has its query copies in flight
