@@ -40,4 +40,14 @@ case "$1" in
      fp8_tables base1 head1 base2 head2
      gpu_pytest
      (cd $OUT && tar -czf run3.tgz bench_* *.log && rm -rf bench_* *.log) ;;
+  4) # branch finish-head as of gpu_s24b (finish_head finds its thread's place itself; same SASS as run 3's): racecheck over
+     # a 16-bit test whose CTAs take kv heads in turn (the next head's loads run beside the finish's merge slots);
+     # main's package (7150796) against this tree's, the serving rows alternating three times (run 3 had paged bf16
+     # B8/32768 at 0.265 against 0.262 ms in both rounds)
+     unpack gpu_s24b; NEW=$B
+     racecheck $NEW 'PagedCuda.UnalignedQueryRows'
+     tree_package base .devbin/main_7150796.tar.xz; main_package
+     for r in 1 2 3; do bench_variants "base$r=X=1" .devbin/py/base; bench_variants "head$r=X=1" .devbin/py/main; done
+     for f in $OUT/bench_*/report.md; do echo "== $f"; grep -E "^\| paged \| bf16 \|.*\| flashgate \|" $f | cut -d'|' -f4,6,7; done
+     (cd $OUT && tar -czf run4.tgz bench_* *.log && rm -rf bench_* *.log) ;;
 esac
