@@ -1,0 +1,42 @@
+#!/bin/bash
+# Session 25 device runs: `run_s25.sh N` runs run N from the repository root on the H200 and writes its logs under
+# $OUT. Binaries built on the CPU machine for sm_90a (build-dev) come carried as .devbin/<name>.tar.xz (git-ignored),
+# .peers holds flash-linear-attention 0.6.0 (fla-core) and einops 0.8.2 unpacked from their wheels.
+cd "$(dirname "$0")/../../.."
+export PYTHONUNBUFFERED=1 FLASHGATE_CPU_THREADS=16
+SECONDS=0
+. docs/benchmarks/serving_probe_steps.sh  # unpack, the validation steps, the packages
+# Reduced sanitizer matrices: every serving tile (16-bit and fp8, 16-row and 8-row, D64 / D128 / 576-512), the split
+# path and its merge, kv heads in turn, bad indices, graph capture.
+MEMCHECK='PagedCuda.EverySplitCountAgrees:DecodeCuda.EverySplitCountAgrees:PagedCuda.HeuristicSplitsLongVerify'
+MEMCHECK="$MEMCHECK:*EightRowTileKeysAsM:PagedCuda.Fp8HeadDim64:PagedCuda.Fp8MixedScaleModes"
+MEMCHECK="$MEMCHECK:*BadIndicesAreNeverDereferenced:*BadOffsetsAreNeverDereferenced:PagedCuda.CudaGraphCaptureWithWorkspace"
+RACE_A='PagedCuda.Bf16Basic:PagedCuda.UnalignedQueryRows:DecodeCuda.Bf16AndF16:PagedCuda.VerifyTailsInsidePages'
+RACE_A="$RACE_A:*PagedHeads.Bf16AndFp8/K128_V128_HQ8_H1:*PagedHeads.Bf16AndFp8/K64_V64_HQ4_H2"
+RACE_B='*PagedHeads.Bf16AndFp8/K576_V512_HQ16_H1:PagedCuda.Fp8ScaleModesAndPages'
+# race_within NAME FILTER: racecheck over FILTER in the time left before the call's 600 s (less a margin)
+race_within() {
+  local left=$((575 - SECONDS))
+  [ $left -gt 20 ] || { echo "racecheck $1 not run: ${left}s left"; return; }
+  timeout $left compute-sanitizer --tool racecheck --print-limit 20 $NEW/flashgate_gpu_tests --gtest_brief=1 \
+    --gtest_filter="$2" > $OUT/racecheck_$1.log 2>&1
+  echo "racecheck $1 rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|RACECHECK SUMMARY' $OUT/racecheck_$1.log | tr '\n' ' ')"
+}
+case "$1" in
+  1) # main (.devbin/gpu_s25a.tar.xz, the final kernels): the default run; the whole GPU suite, with this tree's
+     # package building beside it (CPU only); pytest on the GPU; the benchmark of record and a second pass of its
+     # serving rows (repeatability); memcheck and racecheck over the reduced matrices above
+     unpack gpu_s25a; NEW=$B
+     main_job $NEW
+     main_package > $OUT/package.out 2>&1 &
+     timeout 240 $NEW/flashgate_gpu_tests > $OUT/gpu_tests_all.log 2>&1
+     echo "whole GPU suite rc=$? at ${SECONDS}s: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/gpu_tests_all.log | tr '\n' ' ')"
+     grep -E '^\[  FAILED|Failure' $OUT/gpu_tests_all.log | head -5
+     wait; cat $OUT/package.out
+     gpu_pytest; serving_bench; grep -A8 "x bf16 tokens/s" $OUT/bench/report.md
+     bench_variants "again=X=1"; grep -A8 "x bf16 tokens/s" $OUT/bench_again/report.md
+     (cd $OUT && tar -czf record.tgz bench bench_again bench.log bench_again.log pip_main.log package.out \
+        && rm -rf bench bench_again bench.log bench_again.log pip_main.log package.out)
+     memcheck $NEW "$MEMCHECK"
+     race_within a "$RACE_A"; race_within b "$RACE_B" ;;
+esac
