@@ -84,4 +84,33 @@ TEST(PagedLayout, StageChunksAndFragmentLoads) {
   check_tile<PagedTile<CacheKind::bf16, 256, 256, 16>>("bf16 D256");
 }
 
+// Per-token scales: over the warps and lanes of a stage's loader, the lanes that copy (PagedTile::copies_scale)
+// write each of the stage's 2 * KS scale slots exactly once (the K slots from lanes below kLoadRows, the V ones from
+// the lanes above). Wide value tiles load fewer rows a warp than half a warp; their idle lanes had copied the slots
+// of the lanes below them again (racecheck, session 25).
+template <class Tile>
+void check_scale_slots(const char* name) {
+  SCOPED_TRACE(name);
+  std::vector<int> writes(2 * Tile::KS, 0);
+  for (int warp = 0; warp < Tile::kWarps; ++warp)
+    for (int lane = 0; lane < 32; ++lane) {
+      if (!Tile::copies_scale(lane)) continue;
+      const int slot = Tile::scale_slot(warp, lane);
+      ASSERT_TRUE(slot >= 0 && slot < 2 * Tile::KS) << "warp " << warp << " lane " << lane << " slot " << slot;
+      EXPECT_EQ(slot >= Tile::KS, lane >= Tile::kLoadRows) << "warp " << warp << " lane " << lane;
+      ++writes[slot];
+    }
+  for (int slot = 0; slot < 2 * Tile::KS; ++slot) EXPECT_EQ(writes[slot], 1) << "scale slot " << slot;
+}
+
+TEST(PagedLayout, EveryScaleSlotHasOneWriter) {
+  check_scale_slots<PagedTile<CacheKind::e4m3_tokens, 64, 64, 8>>("D64 8-row");
+  check_scale_slots<PagedTile<CacheKind::e4m3_tokens, 64, 64, 16>>("D64 16-row");
+  check_scale_slots<PagedTile<CacheKind::e4m3_tokens, 128, 128, 8>>("D128 8-row");
+  check_scale_slots<PagedTile<CacheKind::e4m3_tokens, 128, 128, 16>>("D128 16-row");
+  check_scale_slots<PagedTile<CacheKind::e4m3_tokens, 256, 256, 16>>("D256");
+  check_scale_slots<PagedTile<CacheKind::e4m3_tokens, 512, 512, 16>>("D512");
+  check_scale_slots<PagedTile<CacheKind::e4m3_tokens, 576, 512, 16>>("K576 V512");
+}
+
 }  // namespace

@@ -14,9 +14,11 @@ MEMCHECK="$MEMCHECK:*BadIndicesAreNeverDereferenced:*BadOffsetsAreNeverDereferen
 RACE_A='PagedCuda.Bf16Basic:PagedCuda.UnalignedQueryRows:DecodeCuda.Bf16AndF16:PagedCuda.VerifyTailsInsidePages'
 RACE_A="$RACE_A:*PagedHeads.Bf16AndFp8/K128_V128_HQ8_H1:*PagedHeads.Bf16AndFp8/K64_V64_HQ4_H2"
 RACE_B='*PagedHeads.Bf16AndFp8/K576_V512_HQ16_H1:PagedCuda.Fp8ScaleModesAndPages'
-# race_within NAME FILTER: racecheck over FILTER in the time left before the call's 600 s (less a margin)
+# race_within NAME FILTER [CAP]: racecheck over FILTER in the time left before the call's 600 s (less a margin), at
+# most CAP seconds
 race_within() {
   local left=$((575 - SECONDS))
+  [ -z "$3" ] || [ $left -le $3 ] || left=$3
   [ $left -gt 20 ] || { echo "racecheck $1 not run: ${left}s left"; return; }
   timeout $left compute-sanitizer --tool racecheck --print-limit 20 $NEW/flashgate_gpu_tests --gtest_brief=1 \
     --gtest_filter="$2" > $OUT/racecheck_$1.log 2>&1
@@ -39,4 +41,21 @@ case "$1" in
         && rm -rf bench bench_again bench.log bench_again.log pip_main.log package.out)
      memcheck $NEW "$MEMCHECK"
      race_within a "$RACE_A"; race_within b "$RACE_B" ;;
+  2) # main with the per-token scale copies' fix (.devbin/gpu_s25b.tar.xz; run 1's racecheck b: the idle lanes of the
+     # wide value tiles copied their neighbours' scale slots again). Only the per-token D256 / D512 / K576 kernels
+     # changed (the D64 / D128 kernels' SASS is byte-identical to run 1's). Racecheck over run 1's set b and every
+     # head-dim case; the serving suite; memcheck over the same cases; this tree's package (built beside the
+     # racecheck), pytest on the GPU, and the gated backward's dg over seeds (gate_dg_seeds.py: run 1's one pytest
+     # failure, test_fla_forgetting_attn f16 scale 1.0, dg 0.00558 > 0.005)
+     unpack gpu_s25b; NEW=$B
+     main_package > $OUT/package.out 2>&1 &
+     race_within b "$RACE_B:*PagedHeads*" 150
+     serving_suite $NEW; grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW '*PagedHeads*:PagedCuda.Fp8ScaleModesAndPages:PagedCuda.Fp8MixedScaleModes'
+     wait; cat $OUT/package.out
+     gpu_pytest; grep -E '^FAILED|Error' $OUT/pytest.log | head -5
+     left=$((580 - SECONDS)); PYTHONPATH=.devbin/py/main timeout $left python3 \
+       docs/benchmarks/2026-12-01-s25-serving-probes/gate_dg_seeds.py 300 $OUT/gate_dg_seeds.tsv > $OUT/gate_dg_seeds.md 2>&1
+     echo "dg seeds rc=$? at ${SECONDS}s"; cat $OUT/gate_dg_seeds.md
+     rm -f $OUT/package.out $OUT/pip_main.log ;;
 esac

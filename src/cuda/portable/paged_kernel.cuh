@@ -146,14 +146,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   // come from the block-table entry of the warp's first row (or, off the common path, lane i looks row i
   // up), and lane i fetches row i's per-token scales. Stages are loaded in tile order, so the loader keeps
   // its own key and ring slot; block-table entries come a group of 32 stages ahead (below).
-  constexpr int kRowsPerWarp = KS / Tile::kWarps;
+  constexpr int kRowsPerWarp = Tile::kLoadRows;
   const int key_bytes = p.K * Tile::kBytes, value_bytes = p.V * Tile::kBytes;
   // The first kv head's rows and per-token scales: the head term of every key's offset is added per stage.
   const unsigned char* kbase0 = static_cast<const unsigned char*>(p.k) + kv_head0 * p.k_head_stride * Tile::kBytes;
   const unsigned char* vbase0 = static_cast<const unsigned char*>(p.v) + kv_head0 * p.v_head_stride * Tile::kBytes;
   // Per-token scales: lane r < kRowsPerWarp copies row r's K scale, lane kRowsPerWarp + r its V scale, so one
-  // copy per lane serves both operands (load_stage). Strides are 0 unless per token; an operand without a scale
-  // writes 1 (no base).
+  // copy per lane serves both operands (load_stage, PagedTile::scale_slot). Strides are 0 unless per token; an
+  // operand without a scale writes 1 (no base).
   const int scale_row = lane % kRowsPerWarp;
   const paged_detail::WarpRowCopy<Tile::kKeyRowBytes / 16, kRowsPerWarp> copy_keys(key_bytes, lane);
   const paged_detail::WarpRowCopy<Tile::kValueRowBytes / 16, kRowsPerWarp> copy_values(value_bytes, lane);
@@ -243,15 +243,16 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         ok = __shfl_sync(0xffffffffu, ok, scale_row);
       }
       // Offsets in 32 bits: serving.cpp refuses scale views spanning 2^31 elements. The lane's operand facts
-      // are read from the parameters here, not kept in registers across the loop.
+      // are read from the parameters here, not kept in registers across the loop. A lane copies one slot or
+      // none (PagedTile::copies_scale, scale_slot).
+      const bool copies = Tile::copies_scale(lane);
       const bool scale_of_values = lane >= kRowsPerWarp;
-      float* dst =
-          reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + row0 + scale_row + (scale_of_values ? KS : 0);
+      float* dst = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + Tile::scale_slot(warp, lane);
       const float* base = scale_of_values ? p.v_scale : p.k_scale;
       const int64_t(&strides)[3] = scale_of_values ? p.v_scale_strides : p.k_scale_strides;
-      if (!base) {
+      if (copies && !base) {
         *dst = ok ? 1.f : 0.f;
-      } else {
+      } else if (copies) {
         const int offset = (kv_head0 + load_head) * static_cast<int>(strides[1]) +
                            static_cast<int>(kr.block) * static_cast<int>(strides[0]) +
                            static_cast<int>(kr.slot) * static_cast<int>(strides[2]);

@@ -77,6 +77,8 @@ struct PagedTile {
   // barriers and the warps drift apart within the ring instead of meeting twice a stage. The query fragments
   // of a head (copied by all threads, read by all warps) still take CTA barriers at its first stage.
   static constexpr bool kWarpOwnsRows = KS / kWarps == kKeysPerWarp;
+  // The stage loader: warp w copies stage rows [w * kLoadRows, (w + 1) * kLoadRows) and their per-token scales.
+  static constexpr int kLoadRows = KS / kWarps;
   // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
   static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
   // Register budget: 4 CTAs per SM (128 registers) for fp8 D128 (2 stages on the H200, kShallowRing; on sm_90a
@@ -130,6 +132,15 @@ struct PagedTile {
   __host__ __device__ static constexpr int value_words(int row, int wv, int round, int g) {
     if (kRoundElems < E) return value_chunk(row, g >> 1) + (g & 1) * 8;  // one round (VW = 64)
     return value_chunk(row, wv * VW * kBytes / 16 + round * 8 + g);
+  }
+  // Per-token scales follow a stage's rows as [KS K scales][KS V scales]. Lane r < kLoadRows of warp w copies the K
+  // scale of the warp's row r, lane kLoadRows + r its V scale (the float slot below). Where a warp loads fewer rows
+  // than half a warp (wide value tiles) the lanes past both operands' rows copy nothing: copying a neighbour's slot
+  // again was a write-write race (racecheck, session 25). Two functions, so that the test folds away where every
+  // lane copies (the D64 / D128 kernels' SASS is unchanged by it).
+  __host__ __device__ static constexpr bool copies_scale(int lane) { return 2 * kLoadRows == 32 || lane < 2 * kLoadRows; }
+  __host__ __device__ static constexpr int scale_slot(int warp, int lane) {
+    return (lane >= kLoadRows ? KS : 0) + warp * kLoadRows + lane % kLoadRows;
   }
   // Row (0..15) of a lane's row slot rs (0 or 1): g and g + 8, or with keys as M 2c and 2c + 1.
   __host__ __device__ static constexpr int lane_row(int g, int c, int rs) { return kKeysAsM ? 2 * c + rs : g + 8 * rs; }
