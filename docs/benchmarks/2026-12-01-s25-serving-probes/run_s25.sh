@@ -58,4 +58,25 @@ case "$1" in
        docs/benchmarks/2026-12-01-s25-serving-probes/gate_dg_seeds.py 300 $OUT/gate_dg_seeds.tsv > $OUT/gate_dg_seeds.md 2>&1
      echo "dg seeds rc=$? at ${SECONDS}s"; cat $OUT/gate_dg_seeds.md
      rm -f $OUT/package.out $OUT/pip_main.log ;;
+  3) # the gated backward with exact D (variant exactd: BackwardParams::exact_D, the fp32 sum_j P dP from the
+     # query-major pre-pass that K <= 16 takes, also when a gate is present) against main: the dg seed sweep on both
+     # (same seeds, so the same inputs), pytest on the GPU with the variant, and the two gated training rows'
+     # forward / backward time, flashgate alone, the packages alternating twice
+     package main . > $OUT/package_main.out 2>&1 &
+     variant_package exactd src/cuda/portable/backward_launch.cpp \
+       's/p.exact_D = p.K16 == 16;/p.exact_D = p.K16 == 16 || prob.has_gate;/' > $OUT/package_exactd.out 2>&1 &
+     wait; cat $OUT/package_*.out
+     for v in main exactd; do
+       PYTHONPATH=.devbin/py/$v timeout 120 python3 docs/benchmarks/2026-12-01-s25-serving-probes/gate_dg_seeds.py 300 \
+         $OUT/gate_dg_seeds_$v.tsv > $OUT/gate_dg_seeds_$v.md 2>&1
+       echo "dg seeds $v rc=$? at ${SECONDS}s"; cat $OUT/gate_dg_seeds_$v.md
+     done
+     PYTHONPATH=.devbin/py/exactd timeout 150 python3 -m pytest -q -ra tests/python > $OUT/pytest_exactd.log 2>&1
+     echo "pytest exactd rc=$? at ${SECONDS}s: $(tail -1 $OUT/pytest_exactd.log)"
+     for r in 1 2; do for v in main exactd; do
+       PYTHONPATH=.devbin/py/$v timeout 150 python3 bench/run.py --out $OUT/bench_$v$r --rows gate --only training \
+         --peers none > $OUT/bench_$v$r.log 2>&1
+       echo "bench $v$r rc=$? at ${SECONDS}s"; grep -E "^\| .*gate" $OUT/bench_$v$r/report.md | head -4
+     done; done
+     (cd $OUT && tar -czf run3.tgz bench_* *.log *.out && rm -rf bench_* *.log *.out) ;;
 esac
