@@ -3,7 +3,7 @@ fp64 reference, for the shapes of tests/python/test_gpu.py::test_fla_forgetting_
 bf16 variants; and, for the single-head cases, a model of the one error source named in
 src/cuda/portable/backward.h: D = round(o) . do instead of the exact sum_j P dP (fp64, nothing else rounded).
 
-    PYTHONPATH=<package> python3 gate_dg_seeds.py SEEDS OUT.tsv     (from the repository root, on a GPU)
+    PYTHONPATH=<package> python3 gate_dg_seeds.py SEEDS OUT.tsv [tests|sizes]   (from the repository root, on a GPU)
 """
 import sys
 
@@ -14,9 +14,13 @@ import torch_reference as ref  # noqa: E402
 import flashgate  # noqa: E402
 
 F16, BF16 = torch.float16, torch.bfloat16
-CASES = [  # dtype, B, T, H, HQ, D, scale (None: 1/sqrt(D))
-    (F16, 1, 63, 1, 1, 64, 1.0), (F16, 3, 111, 2, 2, 100, 1.0), (F16, 3, 1024, 2, 8, 128, 0.1),
-    (BF16, 1, 63, 1, 1, 64, 1.0), (BF16, 1, 63, 1, 1, 64, None), (BF16, 3, 111, 2, 2, 100, None)]
+CASE_SETS = {  # dtype, B, T, H, HQ, D, scale (None: 1/sqrt(D))
+    "tests": [(F16, 1, 63, 1, 1, 64, 1.0), (F16, 3, 111, 2, 2, 100, 1.0), (F16, 3, 1024, 2, 8, 128, 0.1),
+              (BF16, 1, 63, 1, 1, 64, 1.0), (BF16, 1, 63, 1, 1, 64, None), (BF16, 3, 111, 2, 2, 100, None)],
+    "sizes": [(BF16, 1, 256, 1, 1, 64, None), (BF16, 1, 1024, 1, 1, 64, None), (BF16, 4, 128, 1, 4, 64, None),
+              (BF16, 2, 512, 2, 8, 128, None), (BF16, 2, 512, 2, 8, 128, 1.0), (BF16, 2, 2048, 2, 8, 128, None),
+              (BF16, 2, 2048, 2, 8, 128, 1.0)]}
+CASES = CASE_SETS[sys.argv[3] if len(sys.argv) > 3 else "tests"]
 
 
 def model_dg_error(rq, rk, rv, rg, do, scale, dtype, r_dg):

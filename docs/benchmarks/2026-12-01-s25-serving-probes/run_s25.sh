@@ -79,4 +79,15 @@ case "$1" in
        echo "bench $v$r rc=$? at ${SECONDS}s"; grep -E "^\| .*gate" $OUT/bench_$v$r/report.md | head -4
      done; done
      (cd $OUT && tar -czf run3.tgz bench_* *.log *.out && rm -rf bench_* *.log *.out) ;;
+  4) # the gated dg over seeds at larger sizes (gate_dg_seeds.py ... sizes), main against the exactd variant of run 3
+     package main . > $OUT/package_main.out 2>&1 &
+     variant_package exactd src/cuda/portable/backward_launch.cpp \
+       's/p.exact_D = p.K16 == 16;/p.exact_D = p.K16 == 16 || prob.has_gate;/' > $OUT/package_exactd.out 2>&1 &
+     wait; cat $OUT/package_*.out
+     for v in main exactd; do
+       PYTHONPATH=.devbin/py/$v timeout 200 python3 docs/benchmarks/2026-12-01-s25-serving-probes/gate_dg_seeds.py 120 \
+         $OUT/gate_dg_sizes_$v.tsv sizes > $OUT/gate_dg_sizes_$v.md 2>&1
+       echo "dg sizes $v rc=$? at ${SECONDS}s"; cat $OUT/gate_dg_sizes_$v.md
+     done
+     rm -f $OUT/*.out ;;
 esac
