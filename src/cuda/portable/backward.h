@@ -38,7 +38,10 @@
 // query head) in the key-major kernel; the query side is E_t - D_t mass_t with mass_t = sum_j P[t,j]
 // accumulated next to E. Both sides must see the same D and P: dg is a suffix sum, and a row far below t
 // then contributes (E - D mass) - (E - D mass) = 0 instead of its o-rounding error E - D (or the
-// mismatch between the forward's lse and the recomputed P, ~1e-4 per row with long gated sequences).
+// mismatch between the forward's lse and the recomputed P, ~1e-4 per row with long gated sequences). What
+// stays is D - E itself (o's rounding, in every row's sum over its earlier keys): ~0.0027 relative RMS of dg in
+// bf16, past SPEC §7 on small problems; exact D removes it at 27-30% of the gated backward (docs/perf-notes.md,
+// "Session 25: the gated backward's dg").
 //
 // Head dims: one instantiation per (dtype, bucket) with bucket = 64/128/256/512 >= max(K, V) rounded up to
 // 16; smaller dims run masked inside the bucket (zero-filled columns, skipped MMA steps). The dK/dV kernel
