@@ -24,6 +24,20 @@ race_within() {
     --gtest_filter="$2" > $OUT/racecheck_$1.log 2>&1
   echo "racecheck $1 rc=$? at ${SECONDS}s: $(grep -E 'PASSED|FAILED|RACECHECK SUMMARY' $OUT/racecheck_$1.log | tr '\n' ' ')"
 }
+# exactd_packages: this tree's package (main) and the variant exactd (runs 3-4: exact D for the gated backward too,
+# BackwardParams::exact_D), built side by side
+exactd_packages() {
+  package main . > $OUT/package_main.out 2>&1 &
+  variant_package exactd src/cuda/portable/backward_launch.cpp \
+    's/p.exact_D = p.K16 == 16;/p.exact_D = p.K16 == 16 || prob.has_gate;/' > $OUT/package_exactd.out 2>&1 &
+  wait; cat $OUT/package_*.out
+}
+# dg_seeds PACKAGE SEEDS NAME CASES TIMEOUT: gate_dg_seeds.py with a package into $OUT/gate_dg_NAME_PACKAGE.{tsv,md}
+dg_seeds() {
+  PYTHONPATH=.devbin/py/$1 timeout $5 python3 docs/benchmarks/2026-12-01-s25-serving-probes/gate_dg_seeds.py $2 \
+    $OUT/gate_dg_$3_$1.tsv $4 > $OUT/gate_dg_$3_$1.md 2>&1
+  echo "dg $3 $1 rc=$? at ${SECONDS}s"; cat $OUT/gate_dg_$3_$1.md
+}
 case "$1" in
   1) # main (.devbin/gpu_s25a.tar.xz, the final kernels): the default run; the whole GPU suite, with this tree's
      # package building beside it (CPU only); pytest on the GPU; the benchmark of record and a second pass of its
@@ -62,15 +76,8 @@ case "$1" in
      # query-major pre-pass that K <= 16 takes, also when a gate is present) against main: the dg seed sweep on both
      # (same seeds, so the same inputs), pytest on the GPU with the variant, and the two gated training rows'
      # forward / backward time, flashgate alone, the packages alternating twice
-     package main . > $OUT/package_main.out 2>&1 &
-     variant_package exactd src/cuda/portable/backward_launch.cpp \
-       's/p.exact_D = p.K16 == 16;/p.exact_D = p.K16 == 16 || prob.has_gate;/' > $OUT/package_exactd.out 2>&1 &
-     wait; cat $OUT/package_*.out
-     for v in main exactd; do
-       PYTHONPATH=.devbin/py/$v timeout 120 python3 docs/benchmarks/2026-12-01-s25-serving-probes/gate_dg_seeds.py 300 \
-         $OUT/gate_dg_seeds_$v.tsv > $OUT/gate_dg_seeds_$v.md 2>&1
-       echo "dg seeds $v rc=$? at ${SECONDS}s"; cat $OUT/gate_dg_seeds_$v.md
-     done
+     exactd_packages
+     for v in main exactd; do dg_seeds $v 300 seeds tests 120; done
      PYTHONPATH=.devbin/py/exactd timeout 150 python3 -m pytest -q -ra tests/python > $OUT/pytest_exactd.log 2>&1
      echo "pytest exactd rc=$? at ${SECONDS}s: $(tail -1 $OUT/pytest_exactd.log)"
      for r in 1 2; do for v in main exactd; do
@@ -80,14 +87,7 @@ case "$1" in
      done; done
      (cd $OUT && tar -czf run3.tgz bench_* *.log *.out && rm -rf bench_* *.log *.out) ;;
   4) # the gated dg over seeds at larger sizes (gate_dg_seeds.py ... sizes), main against the exactd variant of run 3
-     package main . > $OUT/package_main.out 2>&1 &
-     variant_package exactd src/cuda/portable/backward_launch.cpp \
-       's/p.exact_D = p.K16 == 16;/p.exact_D = p.K16 == 16 || prob.has_gate;/' > $OUT/package_exactd.out 2>&1 &
-     wait; cat $OUT/package_*.out
-     for v in main exactd; do
-       PYTHONPATH=.devbin/py/$v timeout 200 python3 docs/benchmarks/2026-12-01-s25-serving-probes/gate_dg_seeds.py 120 \
-         $OUT/gate_dg_sizes_$v.tsv sizes > $OUT/gate_dg_sizes_$v.md 2>&1
-       echo "dg sizes $v rc=$? at ${SECONDS}s"; cat $OUT/gate_dg_sizes_$v.md
-     done
+     exactd_packages
+     for v in main exactd; do dg_seeds $v 120 sizes sizes 200; done
      rm -f $OUT/*.out ;;
 esac
