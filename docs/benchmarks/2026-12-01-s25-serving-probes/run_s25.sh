@@ -90,4 +90,11 @@ case "$1" in
      exactd_packages
      for v in main exactd; do dg_seeds $v 120 sizes sizes 200; done
      rm -f $OUT/*.out ;;
+  5) # the review's form of the fix (.devbin/gpu_s25c.tar.xz: an idle lane returns from the stage loader before its
+     # scale copy instead of testing twice; the D64 / D128 kernels' SASS byte-identical to run 2's, the wide per-token
+     # ones 0-32 instructions shorter): racecheck over run 2's set, the serving suite, memcheck over the same cases
+     unpack gpu_s25c; NEW=$B
+     race_within b "$RACE_B:*PagedHeads*" 150
+     serving_suite $NEW; grep -E '^\[  FAILED|Failure' $OUT/gpu_tests.log | head -5
+     memcheck $NEW '*PagedHeads*:PagedCuda.Fp8ScaleModesAndPages:PagedCuda.Fp8MixedScaleModes' ;;
 esac

@@ -245,14 +245,14 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
       // Offsets in 32 bits: serving.cpp refuses scale views spanning 2^31 elements. The lane's operand facts
       // are read from the parameters here, not kept in registers across the loop. A lane copies one slot or
       // none (PagedTile::copies_scale, scale_slot).
-      const bool copies = Tile::copies_scale(lane);
+      if (!Tile::copies_scale(lane)) return;
       const bool scale_of_values = lane >= kRowsPerWarp;
       float* dst = reinterpret_cast<float*>(vstage + KS * Tile::kValueRowBytes) + Tile::scale_slot(warp, lane);
       const float* base = scale_of_values ? p.v_scale : p.k_scale;
       const int64_t(&strides)[3] = scale_of_values ? p.v_scale_strides : p.k_scale_strides;
-      if (copies && !base) {
+      if (!base) {
         *dst = ok ? 1.f : 0.f;
-      } else if (copies) {
+      } else {
         const int offset = (kv_head0 + load_head) * static_cast<int>(strides[1]) +
                            static_cast<int>(kr.block) * static_cast<int>(strides[0]) +
                            static_cast<int>(kr.slot) * static_cast<int>(strides[2]);
