@@ -13,7 +13,7 @@ import flashgate
 from flashgate import _C
 
 import numpy_reference as ref
-from support import SeededRng, assert_close, fresh_seed, output_bias
+from support import SeededRng, assert_close, fresh_seed, gradient_floors, output_bias
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FP8 = np.dtype(ml_dtypes.float8_e4m3fn)
@@ -145,6 +145,45 @@ def test_backward(rng, dtype, layout, feature):
         # fp64 accumulation rounded to the output dtype: fp32 outputs (dg, dsink too) are near exact.
         tol = 1e-10 if dtype == "float64" else 1e-5 if got.dtype == np.float32 else TOL[dtype]
         assert_close(name, got, want, tol, rng.seed)
+
+
+# Scores far from zero (the same sweep as the GPU tests): every score shifted by `offset` through one extra
+# dimension, one key per sequence `DOMINANT` above the rest through a second; softmax is shift-invariant.
+SCORE_OFFSETS = [0, -8, -16, -24, -40, -80, 40]
+DOMINANT = 8.0
+
+
+@pytest.mark.parametrize("feature", ["plain", "all", "w1_sink"])
+@pytest.mark.parametrize("scale", [None, 1.0])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("offset", SCORE_OFFSETS)
+def test_scores_far_from_zero(rng, offset, dtype, scale, feature):
+    layout = "packed" if feature == "all" else "dense"
+    c = attention_case(rng, np.float32, layout, "sink" if feature == "w1_sink" else feature)
+    if feature == "w1_sink":
+        c["window_size"] = 1
+    q, k = c["q"], c["k"]
+    s = ref.api_scale(scale, q.shape[-1])
+    q[..., 0], k[..., 0] = offset / s, 1.0
+    q[..., 1], k[..., 1] = DOMINANT / s, 0.0
+    starts = c["cu_seqlens"][:-1] if c["cu_seqlens"] is not None else [0]
+    for j in starts:
+        if j + 2 < k.shape[1]:
+            k[:, j + 2, :, 1] = 1.0
+    q, k, v = (x.astype(DTYPES[dtype]) for x in (q, k, c["v"]))
+    args = (c["g"], scale, c["window_size"], c["cu_seqlens"])
+    o, lse = flashgate.parallel_attn(q, k, v, *args, sink_bias=c["sink_bias"], return_lse=True)
+    ro, rlse = ref.attention(q, k, v, c["g"], c["sink_bias"], scale, c["window_size"], c["cu_seqlens"])
+    assert_close("o", o, ro, TOL[dtype], rng.seed)
+    assert_close("lse", lse, rlse, 1e-6, rng.seed)
+    do = randn(rng, o.shape, o.dtype)
+    got = flashgate.ops.parallel_attn_backward(do, q, k, v, o, lse, *args, sink_bias=c["sink_bias"])
+    want = ref.attention_backward(do, q, k, v, c["g"], c["sink_bias"], scale, c["window_size"], c["cu_seqlens"])
+    floors = gradient_floors(ref.api_scale(scale, q.shape[-1]), do, q, k, v)
+    for name, g_, w in zip(("dq", "dk", "dv", "dg", "dsink"), got, want):
+        if w is not None:
+            tol = TOL[dtype] if g_.dtype == DTYPES[dtype] else 1e-5
+            assert_close(name, g_, w, tol, rng.seed, floors.get(name, 0.0))
 
 
 def test_backward_deterministic_flag_repeats_bitwise(rng):

@@ -89,8 +89,9 @@ def check_attention(rng, dtype, B, T, HQ, H, K, V, cu=None, gate=None, sink=Fals
     if lse is not None:
         ref.assert_close("lse", lse, rlse, tol, rng.seed)
     names = ["dq", "dk", "dv"] + (["dg"] if g is not None else []) + (["dsink"] if s is not None else [])
+    floors = ref.gradient_floors(ref.api_scale(scale, K), do, q, k, v)
     for name, got, want in zip(names, grads, r_grads):
-        ref.assert_close(name, got, want, tol, rng.seed)
+        ref.assert_close(name, got, want, tol, rng.seed, floors.get(name, 0.0))
     return grads
 
 
@@ -164,6 +165,98 @@ def test_deterministic_backward_is_bitwise_repeatable(rng):
         runs.append(torch.autograd.grad(o, [q, k, v, g, s], do))
     for a, b in zip(*runs):
         assert torch.equal(a, b)
+
+
+# ---- scores far from zero: a uniform offset on every score, and one dominant key --------------------------------
+# Softmax is shift-invariant, but the kernels' P reaches the fp16 MMA operand only as exp(s - row max): a row max
+# that is wrong by Δ scales P by exp(-Δ), which fp16 flushes (below 6e-8) long before bf16 does. Every score
+# gets `offset` through one extra dimension (q[..., 0] = offset / scale, k[..., 0] = 1); the dominant key gets
+# DOMINANT more through a second one.
+
+SCORE_OFFSETS = [0, -8, -16, -24, -40, -80, 40]
+DOMINANT = 8.0
+OFFSET_FEATURES = {"none": {}, "gate": {"gate": "logsigmoid"}, "sink": {"sink": True}, "w1": {"window": 1},
+                   "w64": {"window": 64}, "gate+w1+sink": {"gate": "logsigmoid", "window": 1, "sink": True}}
+OFFSET_HEAD_DIMS = [(64, 64), (128, 128), (256, 256), (512, 512)]
+
+
+def offset_scores(q, k, offset, scale, dominant_keys=()):
+    """Shifts every score of q against k by `offset` (and the keys at `dominant_keys` by DOMINANT more)."""
+    K = q.shape[-1]
+    s = ref.api_scale(scale, K)
+    q, k = q.clone(), k.clone()
+    q[..., 0], k[..., 0] = offset / s, 1.0
+    q[..., 1], k[..., 1] = DOMINANT / s, 0.0
+    for j in dominant_keys:
+        k[..., j, :, 1] = 1.0
+    return q, k
+
+
+def offset_cases():
+    cases = []
+    for i, offset in enumerate(SCORE_OFFSETS):
+        for dtype in (F16, BF16):
+            for scale in (None, 1.0):
+                for j, feature in enumerate(OFFSET_FEATURES):
+                    n = i + j
+                    cases.append((offset, dtype, scale, feature, ("dense", "packed")[n % 2],
+                                  OFFSET_HEAD_DIMS[n % len(OFFSET_HEAD_DIMS)]))
+    return cases
+
+
+def _offset_id(c):
+    offset, dtype, scale, feature, layout, (K, V) = c
+    return f"s{offset}-{str(dtype)[6:]}-scale{scale}-{feature}-{layout}-K{K}V{V}"
+
+
+@pytest.mark.parametrize("case", offset_cases(), ids=_offset_id)
+def test_parallel_attn_with_scores_far_from_zero(rng, case):
+    offset, dtype, scale, feature, layout, (K, V) = case
+    cu = [0, 0, 37, 129, 200] if layout == "packed" else None
+    B, T = (1, 200) if cu else (2, 129)
+    starts = cu[:-1] if cu else [0]
+
+    def inputs():
+        q, k = rng.randn((B, T, 4, K), torch.float32), rng.randn((B, T, 2, K), torch.float32)
+        q, k = offset_scores(q, k, offset, scale, dominant_keys=[s + 3 for s in starts])
+        return q.to(dtype), k.to(dtype), rng.randn((B, T, 2, V), dtype)
+    tol = 1e-2 if dtype == BF16 and scale == 1.0 else 5e-3
+    check_attention(rng, dtype, B, T, 4, 2, K, V, cu=cu, scale=scale, tol=tol, make_inputs=inputs,
+                    **OFFSET_FEATURES[feature])
+
+
+@pytest.mark.parametrize("offset", SCORE_OFFSETS)
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+def test_decode_with_scores_far_from_zero(rng, dtype, offset):
+    lens = [1, 70, 300]
+    cu = torch.tensor([0, 1, 71, 371], dtype=torch.int32, device=DEV)
+    q, k = offset_scores(rng.randn((1, 3, 8, 64)), rng.randn((1, 371, 2, 64)), offset, None, dominant_keys=[5, 100])
+    q, k, v = q.to(dtype), k.to(dtype), rng.randn((1, 371, 2, 64), dtype)
+    g = F.logsigmoid(rng.randn((1, 371, 8)))
+    s = rng.randn((8,))
+    for gate, sink, window in ((None, None, None), (g, s, 64), (None, s, 1)):
+        o = flashgate.attn_decoding_one_step(q, k, v, gate, None, cu, sink_bias=sink, window_size=window)
+        want = ref.decode(q[0].double(), k[0].double(), v[0].double(), cu, None if gate is None else gate[0].double(),
+                          None if sink is None else sink.double(), None, window)
+        ref.assert_close(f"o (gate {gate is not None}, sink {sink is not None}, window {window})", o[0], want, 5e-3,
+                         rng.seed)
+    assert len(lens) == 3
+
+
+@pytest.mark.parametrize("offset", SCORE_OFFSETS)
+@pytest.mark.parametrize("kv", ["f16", "bf16", "fp8_per_tensor"])
+def test_paged_with_scores_far_from_zero(rng, kv, offset):
+    dtype = F16 if kv == "f16" else BF16
+    c = paged_case(rng, dtype, 16, [1, 4, 30], [40, 300, 30], 8, 2, 128, 128, nan_unused=False, spread=1.0)
+    c["q"], c["k_cache"] = offset_scores(c["q"].float(), c["k_cache"].float(), offset, None)
+    c["k_cache"][3, 5, :, 1] = 1.0  # one dominant key somewhere in the cache
+    c["q"], c["k_cache"] = c["q"].to(dtype), c["k_cache"].to(dtype)
+    scales = quantize_per_tensor(c) if kv == "fp8_per_tensor" else {}
+    s = rng.randn((8,))
+    for sink, window in ((None, None), (s, 64), (s, 1)):
+        o = flashgate.paged_attention(**c, sink_bias=sink, window_size=window, **scales)
+        want = ref.paged(**c, sink=sink, window=window, **scales)
+        ref.assert_close(f"o (sink {sink is not None}, window {window})", o, want, 5e-3, rng.seed)
 
 
 # ---- non-contiguous inputs -----------------------------------------------------------------------------------

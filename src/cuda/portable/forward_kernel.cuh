@@ -65,11 +65,16 @@ class ForwardBlock {
 
   __device__ __forceinline__ void run() {
     float o[MT][kVT][4];
+    // Assigned explicitly: nvcc 13.0 gives the rows past rows[0] of a default-initialised 2-D array of
+    // SoftmaxRow a zero max2 instead of its -inf member initializer (seen in the PTX). A row max stuck at 0
+    // scales P by exp(-max) and fp16 flushes it once the scores sit below about -16.
     SoftmaxRow rows[MT][2];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int mt = 0; mt < MT; ++mt) {
+      rows[mt][0] = rows[mt][1] = SoftmaxRow{};
 #pragma unroll
       for (int j = 0; j < kVT; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
+    }
 
     if (!w_.keys.empty()) {
       const int first = w_.keys.begin / BN, last = (w_.keys.end - 1) / BN;
