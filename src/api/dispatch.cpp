@@ -119,6 +119,14 @@ void run_op(const char* op, const Args& args, const Problem& p, const Launch& la
 }
 
 template <class Args, class Problem>
+bool serves(const Args& args, const Problem& p, Backend b) {
+  if (b == Backend::automatic) return false;
+  if (b != Backend::cpu && device_of(args) != Device::cuda) return false;
+  const BackendImpl* impl = find_backend(b);
+  return impl != nullptr && impl->cannot_run(args, p).empty();
+}
+
+template <class Args, class Problem>
 size_t workspace_of(const char* op, const Args& args, const Problem& p, Backend asked) {
   return choose_backend(op, args, p, asked).workspace(args, p);
 }
@@ -149,5 +157,23 @@ size_t workspace_size(const DecodeArgs& a, Backend b) {
 size_t workspace_size(const PagedArgs& a, Backend b) {
   return detail::workspace_of("paged_attention", a, detail::check_paged(a), b);
 }
+
+Backend resolve_backend(const ForwardArgs& a, Backend b) {
+  return detail::choose_backend("attention_forward", a, detail::check_forward(a), b).id();
+}
+Backend resolve_backend(const BackwardArgs& a, Backend b) {
+  return detail::choose_backend("attention_backward", a, detail::check_backward(a), b).id();
+}
+Backend resolve_backend(const DecodeArgs& a, Backend b) {
+  return detail::choose_backend("decode", a, detail::check_decode(a), b).id();
+}
+Backend resolve_backend(const PagedArgs& a, Backend b) {
+  return detail::choose_backend("paged_attention", a, detail::check_paged(a), b).id();
+}
+
+bool backend_serves(const ForwardArgs& a, Backend b) { return detail::serves(a, detail::check_forward(a), b); }
+bool backend_serves(const BackwardArgs& a, Backend b) { return detail::serves(a, detail::check_backward(a), b); }
+bool backend_serves(const DecodeArgs& a, Backend b) { return detail::serves(a, detail::check_decode(a), b); }
+bool backend_serves(const PagedArgs& a, Backend b) { return detail::serves(a, detail::check_paged(a), b); }
 
 }  // namespace flashgate

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/portable/backward_params.h"
+#include "cuda/common/backward_params.h"
 #include "harness/owned_tensor.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// The split-KV model, the kv heads per CTA and the pipeline depth (src/cuda/portable/serving_splits.h) on the
+// The split-KV model, the kv heads per CTA and the pipeline depth (src/cuda/common/serving_splits.h) on the
 // benchmark's serving shapes with an H200's resident slots (132 SMs; 2 CTAs per SM for 16-bit caches, 4 for fp8 at
 // D128, of which a split launch fills 1 for 16-bit decode and 3 for per-tensor fp8) and shared memory, and their
 // invariants on a sweep: the split choice stays within its caps and no other allowed count has a lower modelled
@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/portable/serving_splits.h"
+#include "cuda/common/serving_splits.h"
 
-namespace flashgate::portable {
+namespace flashgate::cuda {
 namespace {
 
 constexpr int64_t kBf16Slots = 132 * 2, kFp8Slots = 132 * 4;
@@ -181,4 +181,4 @@ TEST(ServingStages, DepthsStayInRangeAndWithinTheirBudget) {
 }
 
 }  // namespace
-}  // namespace flashgate::portable
+}  // namespace flashgate::cuda

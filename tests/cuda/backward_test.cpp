@@ -40,10 +40,10 @@ double tolerance_for(const AttentionConfig& cfg) {
   return kTol;
 }
 
-// o and lse on the device: the CUDA forward if the cuda backend runs it, else the reference's.
-void device_forward(const AttentionCase& host, AttentionCase& dev) {
+// o and lse on the device: the CUDA forward of `backend` if it runs it, else the reference's.
+void device_forward(const AttentionCase& host, AttentionCase& dev, Backend backend) {
   try {
-    flashgate::attention_forward(dev.forward_args(), on(Backend::cuda));
+    flashgate::attention_forward(dev.forward_args(), on(backend));
     return;
   } catch (const flashgate::Error& e) {
     if (e.kind() != flashgate::ErrorKind::unsupported) throw;
@@ -74,20 +74,12 @@ void poison_gradients(AttentionCase& c) {
     if (t->defined()) t->poison();
 }
 
-// Runs the reference and the device backward on one fresh random case and compares every gradient.
-// With `repeats` > 1 (deterministic mode) the device backward runs again and must give the same bytes.
-void check_backward(const AttentionConfig& cfg, int repeats = 1) {
-  const uint64_t seed = flashgate::harness::fresh_seed();
-  SCOPED_TRACE(cfg.describe() + " (FLASHGATE_SEED=" + std::to_string(seed) + ")");
-  flashgate::harness::Rng rng(seed);
-  AttentionCase host = AttentionCase::random(cfg, rng);
-  AttentionCase dev = host.to(Device::cuda);  // outputs still poisoned
-
-  flashgate::attention_forward(host.forward_args(), on(Backend::cpu));
-  flashgate::attention_backward(host.backward_args(), on(Backend::cpu));
-
-  device_forward(host, dev);
-  flashgate::attention_backward(dev.backward_args(), on(Backend::cuda));
+// One backend's half of check_backward: its forward (or the reference's o/lse), its backward, the comparison and
+// the repeats.
+void check_backward_on(Backend backend, const AttentionConfig& cfg, const AttentionCase& host, AttentionCase& dev,
+                       int repeats) {
+  device_forward(host, dev, backend);
+  flashgate::attention_backward(dev.backward_args(), on(backend));
   flashgate::harness::device_synchronize();
 
   const double tol = tolerance_for(cfg);
@@ -98,10 +90,29 @@ void check_backward(const AttentionConfig& cfg, int repeats = 1) {
   for (const OwnedTensor* t : got.tensors) first.push_back(t->raw_bytes());
   for (int r = 1; r < repeats; ++r) {
     poison_gradients(dev);
-    flashgate::attention_backward(dev.backward_args(), on(Backend::cuda));
+    flashgate::attention_backward(dev.backward_args(), on(backend));
     flashgate::harness::device_synchronize();
     for (size_t i = 0; i < got.tensors.size(); ++i)
       EXPECT_TRUE(got.tensors[i]->raw_bytes() == first[i]) << got.names[i] << " differs on repeat " << r;
+  }
+}
+
+// Runs the reference and, on every CUDA backend that claims the case, the device backward on one fresh random
+// case and compares every gradient. With `repeats` > 1 (deterministic mode) the device backward runs again and
+// must give the same bytes.
+void check_backward(const AttentionConfig& cfg, int repeats = 1) {
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE(cfg.describe() + " (FLASHGATE_SEED=" + std::to_string(seed) + ")");
+  flashgate::harness::Rng rng(seed);
+  AttentionCase host = AttentionCase::random(cfg, rng);
+  AttentionCase dev = host.to(Device::cuda);  // outputs still poisoned
+
+  flashgate::attention_forward(host.forward_args(), on(Backend::cpu));
+  flashgate::attention_backward(host.backward_args(), on(Backend::cpu));
+  for (Backend b : fgtest::cuda_backends_for(dev.backward_args())) {
+    SCOPED_TRACE(fgtest::backend_note(b));
+    dev.poison_outputs();
+    check_backward_on(b, cfg, host, dev, repeats);
   }
 }
 

@@ -45,13 +45,20 @@ Reference reference(const DecodeConfig& cfg, uint64_t seed) {
   return fgtest::reference_case<DecodeCase>(cfg, seed, run_decode);
 }
 
-OwnedTensor run_gpu(const DecodeCase& host) { return fgtest::gpu_output(host, run_decode); }
+// The portable backend's output: the tests of its planner's forced choices (splits, stages, heads per CTA,
+// row layout) are about that backend's kernels.
+OwnedTensor run_gpu(const DecodeCase& host) { return fgtest::gpu_output(host, run_decode, Backend::cuda); }
 
+// The case on every CUDA backend that claims it, against the fp64 reference.
 void check_decode(const DecodeConfig& cfg) {
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE(seed_note(seed, cfg));
   const Reference r = reference(cfg, seed);
-  fgtest::expect_close("o", run_gpu(r.host), r.o, kTolerance);
+  const DecodeCase dev = r.host.to(Device::cuda);
+  for (Backend b : fgtest::cuda_backends_for(dev.args())) {
+    SCOPED_TRACE(fgtest::backend_note(b));
+    fgtest::expect_close("o", fgtest::gpu_output(r.host, run_decode, b), r.o, kTolerance);
+  }
 }
 
 DecodeConfig base(DType dtype = DType::bf16) {
@@ -296,9 +303,12 @@ TEST(DecodeCuda, BadOffsetsAreNeverDereferenced) {
       DecodeCase dev = host.to(Device::cuda);
       flashgate::DecodeArgs args = dev.args();
       args.validate = false;
-      ForcedSplits forced(splits);
-      flashgate::decode(args, on(Backend::cuda));
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+      ForcedSplits forced(splits);  // the portable planner's; other backends take their own choice
+      for (Backend b : fgtest::cuda_backends_for(args)) {
+        SCOPED_TRACE(fgtest::backend_note(b));
+        flashgate::decode(args, on(b));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+      }
     }
 }
 

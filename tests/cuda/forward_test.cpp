@@ -38,25 +38,31 @@ double tolerance_for(const AttentionConfig& cfg) {
   return 0.005;
 }
 
-// Reference on the host, cuda on the device copy of the same inputs; compares o and (when asked) lse.
+// Reference on the host, every CUDA backend that claims the case on the device copy of the same inputs;
+// compares o and (when asked) lse.
 void check_forward(const AttentionConfig& cfg, bool with_lse = true) {
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE(seed_note(seed, cfg));
   flashgate::harness::Rng rng(seed);
   AttentionCase host = AttentionCase::random(cfg, rng);
   AttentionCase dev = host.to(Device::cuda);
+  const std::vector<unsigned char> poisoned_lse = host.lse.raw_bytes();
   flashgate::ForwardArgs host_args = host.forward_args(), dev_args = dev.forward_args();
   if (!with_lse) host_args.lse = {}, dev_args.lse = {};
   flashgate::attention_forward(host_args, on(Backend::cpu));
-  flashgate::attention_forward(dev_args, on(Backend::cuda));
-  flashgate::harness::device_synchronize();
-  const double tol = tolerance_for(cfg);
-  fgtest::expect_close("o", dev.o, host.o, tol);
-  if (with_lse) {
-    fgtest::expect_close("lse", dev.lse, host.lse, tol);
-  } else {
-    // Not requested: the poisoned lse must be left as it was.
-    EXPECT_EQ(dev.lse.raw_bytes(), host.lse.raw_bytes()) << "lse was written although not requested";
+  for (Backend b : fgtest::cuda_backends_for(dev_args)) {
+    SCOPED_TRACE(fgtest::backend_note(b));
+    dev.poison_outputs();
+    flashgate::attention_forward(dev_args, on(b));
+    flashgate::harness::device_synchronize();
+    const double tol = tolerance_for(cfg);
+    fgtest::expect_close("o", dev.o, host.o, tol);
+    if (with_lse) {
+      fgtest::expect_close("lse", dev.lse, host.lse, tol);
+    } else {
+      // Not requested: the poisoned lse must be left as it was.
+      EXPECT_EQ(dev.lse.raw_bytes(), poisoned_lse) << "lse was written although not requested";
+    }
   }
 }
 
@@ -305,16 +311,21 @@ TEST(ForwardLimits, OffsetsBeyond2To31Elements) {
   a.o = flashgate::make_tensor(o_big.data(), DType::bf16, {1, T, HQ, D}, Device::cuda);
   a.g = flashgate::make_tensor(g_big.data(), DType::f32, {1, T, HQ}, Device::cuda);
   a.lse = flashgate::make_tensor(lse_big.data(), DType::f32, {1, T, HQ}, Device::cuda);
-  flashgate::attention_forward(a, on(Backend::cuda));
-  flashgate::harness::device_synchronize();
+  for (Backend b : fgtest::cuda_backends_for(a)) {
+    SCOPED_TRACE(fgtest::backend_note(b));
+    ASSERT_EQ(cudaMemset(o_big.data(), 0xff, big_bytes), cudaSuccess);
+    flashgate::attention_forward(a, on(b));
+    flashgate::harness::device_synchronize();
 
-  OwnedTensor o_last(DType::bf16, {1, T, 1, D}), lse_last(DType::f32, {1, T, 1});
-  auto* o_src = static_cast<char*>(o_big.data()) + (HQ - 1) * D * 2;
-  ASSERT_EQ(cudaMemcpy2D(o_last.view().data, row, o_src, head_bytes_q, row, T, cudaMemcpyDeviceToHost), cudaSuccess);
-  auto* lse_src = static_cast<char*>(lse_big.data()) + (HQ - 1) * 4;
-  ASSERT_EQ(cudaMemcpy2D(lse_last.view().data, 4, lse_src, HQ * 4, 4, T, cudaMemcpyDeviceToHost), cudaSuccess);
-  fgtest::expect_close("o (last head)", o_last, host.o, 0.005);
-  fgtest::expect_close("lse (last head)", lse_last, host.lse, 0.005);
+    OwnedTensor o_last(DType::bf16, {1, T, 1, D}), lse_last(DType::f32, {1, T, 1});
+    auto* o_src = static_cast<char*>(o_big.data()) + (HQ - 1) * D * 2;
+    ASSERT_EQ(cudaMemcpy2D(o_last.view().data, row, o_src, head_bytes_q, row, T, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    auto* lse_src = static_cast<char*>(lse_big.data()) + (HQ - 1) * 4;
+    ASSERT_EQ(cudaMemcpy2D(lse_last.view().data, 4, lse_src, HQ * 4, 4, T, cudaMemcpyDeviceToHost), cudaSuccess);
+    fgtest::expect_close("o (last head)", o_last, host.o, 0.005);
+    fgtest::expect_close("lse (last head)", lse_last, host.lse, 0.005);
+  }
 }
 
 // The whole call captured in a CUDA graph: no host synchronisation, scratch only from the given workspace.
@@ -332,27 +343,31 @@ TEST(ForwardLimits, CapturedInCudaGraph) {
   AttentionCase dev = host.to(Device::cuda);
   flashgate::ForwardArgs a = dev.forward_args();
   a.validate = false;  // reading cu_seqlens on the host would synchronise
-  const size_t bytes = flashgate::workspace_size(a, Backend::cuda);
-  flashgate::harness::Buffer workspace(Device::cuda, bytes);
-  cudaStream_t stream;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  Launch l = on(Backend::cuda);
-  l.stream = stream;
-  l.workspace = workspace.data();
-  l.workspace_bytes = bytes;
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  flashgate::attention_forward(a, l);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  fgtest::expect_close("o", dev.o, host.o, 0.005);
-  fgtest::expect_close("lse", dev.lse, host.lse, 0.005);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
+  for (Backend b : fgtest::cuda_backends_for(a)) {
+    SCOPED_TRACE(fgtest::backend_note(b));
+    dev.poison_outputs();
+    const size_t bytes = flashgate::workspace_size(a, b);
+    flashgate::harness::Buffer workspace(Device::cuda, bytes);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+    Launch l = on(b);
+    l.stream = stream;
+    l.workspace = workspace.data();
+    l.workspace_bytes = bytes;
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    flashgate::attention_forward(a, l);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    fgtest::expect_close("o", dev.o, host.o, 0.005);
+    fgtest::expect_close("lse", dev.lse, host.lse, 0.005);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
 }
 
 }  // namespace

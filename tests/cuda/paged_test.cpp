@@ -54,8 +54,9 @@ Reference reference(const PagedConfig& cfg, uint64_t seed) {
   return fgtest::reference_case<PagedCase>(cfg, seed, run_paged);
 }
 
-// The cuda backend's output for the host case (poisoned output, device copy).
-OwnedTensor run_gpu(const PagedCase& host) { return fgtest::gpu_output(host, run_paged); }
+// The portable backend's output for the host case (poisoned output, device copy): the tests of its planner's
+// forced choices (splits, stages, heads per CTA, row layout) are about that backend's kernels.
+OwnedTensor run_gpu(const PagedCase& host) { return fgtest::gpu_output(host, run_paged, Backend::cuda); }
 
 // The SPEC's output bias of `out` minus that of the reference rounded to out's dtype: the part the kernel's
 // arithmetic adds. The rounding of the output alone is noise of the raw metric, and in small cases it is not
@@ -83,7 +84,11 @@ void check_paged(const PagedConfig& cfg) {
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE(seed_note(seed, cfg));
   const Reference r = reference(cfg, seed);
-  expect_matches(run_gpu(r.host), r.o, cfg);
+  const PagedCase dev = r.host.to(Device::cuda);
+  for (Backend b : fgtest::cuda_backends_for(dev.args())) {
+    SCOPED_TRACE(fgtest::backend_note(b));
+    expect_matches(fgtest::gpu_output(r.host, run_paged, b), r.o, cfg);
+  }
 }
 
 PagedConfig base(DType dtype = DType::bf16) {
@@ -385,14 +390,17 @@ TEST(PagedCuda, HeadMajorCacheThroughStrides) {
     SCOPED_TRACE(seed_note(seed, c));
     const Reference r = reference(c, seed);
     PagedCase dev = r.host.to(Device::cuda);
-    dev.poison_outputs();
     const StridedCache k = head_major_on_gpu(r.host.k_cache), v = head_major_on_gpu(r.host.v_cache);
     flashgate::PagedArgs args = dev.args();
     args.k_cache = k.view;
     args.v_cache = v.view;
-    flashgate::paged_attention(args, on(Backend::cuda));
-    flashgate::harness::device_synchronize();
-    expect_matches(dev.o.to(Device::cpu), r.o, c);
+    for (Backend b : fgtest::cuda_backends_for(args)) {
+      SCOPED_TRACE(fgtest::backend_note(b));
+      dev.poison_outputs();
+      flashgate::paged_attention(args, on(b));
+      flashgate::harness::device_synchronize();
+      expect_matches(dev.o.to(Device::cpu), r.o, c);
+    }
   }
 }
 
@@ -473,7 +481,7 @@ TEST(PagedCuda, MaxSeqlenQBelowALengthStaysInBounds) {
   flashgate::PagedArgs args = dev.args();
   args.validate = false;
   args.max_seqlen_q = 1;
-  flashgate::paged_attention(args, on(Backend::cuda));
+  flashgate::paged_attention(args, on(Backend::cuda));  // the portable kernels' CTA mapping by the bound
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
   const std::vector<double> out = dev.o.to(Device::cpu).values(), ref = r.o.values();
   const size_t row = static_cast<size_t>(c.heads * c.v_dim);  // one query token's outputs
@@ -722,9 +730,12 @@ TEST(PagedCuda, BadIndicesAreNeverDereferenced) {
       PagedCase dev = host.to(Device::cuda);
       flashgate::PagedArgs args = dev.args();
       args.validate = false;
-      ForcedSplits forced(splits);
-      flashgate::paged_attention(args, on(Backend::cuda));
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+      ForcedSplits forced(splits);  // the portable planner's; other backends take their own choice
+      for (Backend b : fgtest::cuda_backends_for(args)) {
+        SCOPED_TRACE(fgtest::backend_note(b));
+        flashgate::paged_attention(args, on(b));
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+      }
     }
 }
 
@@ -747,11 +758,16 @@ TEST(PagedCuda, ScaleViewsPast2To31AreRefused) {
     scale = flashgate::make_strided_tensor(scale.data, DType::f32, {blocks, heads, slots},
                                            {int64_t{1} << 31, slots, 1}, Device::cuda);
     args.validate = false;  // the view is not the buffer's: only the refusal stands between it and a kernel
-    try {
-      flashgate::paged_attention(args, on(Backend::cuda));
-      ADD_FAILURE() << "a scale view spanning 2^31 elements was run";
-    } catch (const flashgate::Error& e) {
-      EXPECT_NE(std::string(e.what()).find("k_scale or v_scale spans 2^31"), std::string::npos) << e.what();
+    for (Backend b : {Backend::cuda, Backend::hopper}) {  // every CUDA backend must refuse it (or not be built)
+      SCOPED_TRACE(fgtest::backend_note(b));
+      try {
+        flashgate::paged_attention(args, on(b));
+        ADD_FAILURE() << "a scale view spanning 2^31 elements was run";
+      } catch (const flashgate::Error& e) {
+        const std::string what = e.what();
+        const bool refused = what.find("k_scale or v_scale spans 2^31") != std::string::npos;
+        EXPECT_TRUE(refused || b != Backend::cuda) << what;  // another backend may refuse the call as a whole
+      }
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(dev.o.raw_bytes(), poisoned) << "o was written";
@@ -775,31 +791,32 @@ TEST(PagedCuda, CudaGraphCaptureWithWorkspace) {
   dev.poison_outputs();
   flashgate::PagedArgs args = dev.args();
   args.validate = false;
-  const size_t bytes = flashgate::workspace_size(args, Backend::cuda);
-  flashgate::harness::Buffer workspace(Device::cuda, bytes);
-
-  cudaStream_t stream = nullptr;
-  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);  // orders after the poisoning memsets
-  Launch launch;
-  launch.backend = Backend::cuda;
-  launch.stream = stream;
-  launch.workspace = workspace.data();
-  launch.workspace_bytes = bytes;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  flashgate::paged_attention(args, launch);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int replay = 0; replay < 2; ++replay) {
-    dev.poison_outputs();
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    expect_matches(dev.o.to(Device::cpu), r.o, c);
+  for (Backend b : fgtest::cuda_backends_for(args)) {
+    SCOPED_TRACE(fgtest::backend_note(b));
+    const size_t bytes = flashgate::workspace_size(args, b);
+    flashgate::harness::Buffer workspace(Device::cuda, bytes);
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);  // orders after the poisoning memsets
+    Launch launch = on(b);
+    launch.stream = stream;
+    launch.workspace = workspace.data();
+    launch.workspace_bytes = bytes;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    flashgate::paged_attention(args, launch);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int replay = 0; replay < 2; ++replay) {
+      dev.poison_outputs();
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      expect_matches(dev.o.to(Device::cpu), r.o, c);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(stream);
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
-// What the GPU test files share: a Launch on one backend, the seed note of a failure, and the two halves of
-// a comparison (the fp64 reference on the host, the cuda backend on a device copy of the same inputs).
+// What the GPU test files share: the CUDA backends under test, a Launch on one backend, the seed note of a
+// failure, and the two halves of a comparison (the fp64 reference on the host, a CUDA backend on a device copy
+// of the same inputs).
 #pragma once
 
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
+#include "cuda/host/overrides.h"
 #include "flashgate/flashgate.h"
 #include "harness/owned_tensor.h"
 
@@ -17,37 +20,47 @@ inline flashgate::Launch on(flashgate::Backend b) {
   return l;
 }
 
+// The CUDA backends a case runs on: each one built into this library that claims the arguments
+// (backend_serves: the portable `cuda` backend claims every case; `hopper` the ones it serves on an sm_90a
+// device). Matrix tests run every case on each, so one matrix covers every GPU generation.
+template <class Args>
+std::vector<flashgate::Backend> cuda_backends_for(const Args& args) {
+  std::vector<flashgate::Backend> r;
+  for (flashgate::Backend b : {flashgate::Backend::cuda, flashgate::Backend::hopper})
+    if (flashgate::backend_serves(args, b)) r.push_back(b);
+  return r;
+}
+
+inline std::string backend_note(flashgate::Backend b) { return std::string("backend ") + flashgate::backend_name(b); }
+
 // "<case> (seed N, FLASHGATE_SEED replays it)": every failure names the inputs it saw.
 template <class Config>
 std::string seed_note(uint64_t seed, const Config& cfg) {
   return cfg.describe() + " (seed " + std::to_string(seed) + ", FLASHGATE_SEED replays it)";
 }
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
+// One forced serving choice (serving_overrides()) for one scope; the previous value comes back after.
+template <class Field, Field flashgate::cuda::ServingOverrides::*kMember>
+class ScopedOverride {
  public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  explicit ScopedOverride(Field value) : saved_(flashgate::cuda::serving_overrides().*kMember) {
+    flashgate::cuda::serving_overrides().*kMember = value;
+  }
+  ~ScopedOverride() { flashgate::cuda::serving_overrides().*kMember = saved_; }
+  ScopedOverride(const ScopedOverride&) = delete;
+  ScopedOverride& operator=(const ScopedOverride&) = delete;
 
  private:
-  const char* name_;
+  Field saved_;
 };
 
 // The serving kernels' forced split count, pipeline depth and kv heads per CTA, for one scope.
-struct ForcedSplits : ScopedEnv {
-  explicit ForcedSplits(int n) : ScopedEnv("FLASHGATE_NUM_SPLITS", std::to_string(n)) {}
-};
-struct ForcedStages : ScopedEnv {
-  explicit ForcedStages(int n) : ScopedEnv("FLASHGATE_SERVING_STAGES", std::to_string(n)) {}
-};
-struct ForcedHeadsPerCta : ScopedEnv {
-  explicit ForcedHeadsPerCta(int n) : ScopedEnv("FLASHGATE_HEADS_PER_CTA", std::to_string(n)) {}
-};
-// FLASHGATE_SERVING_ROWS=16: the 16-row layout where the planner would take an 8-row tile (keys as M).
-struct ForcedWideRows : ScopedEnv {
-  ForcedWideRows() : ScopedEnv("FLASHGATE_SERVING_ROWS", "16") {}
+using ForcedSplits = ScopedOverride<int, &flashgate::cuda::ServingOverrides::num_splits>;
+using ForcedStages = ScopedOverride<int, &flashgate::cuda::ServingOverrides::stages>;
+using ForcedHeadsPerCta = ScopedOverride<int, &flashgate::cuda::ServingOverrides::heads_per_cta>;
+// The 16-row layout where the planner would take an 8-row tile (keys as M).
+struct ForcedWideRows : ScopedOverride<bool, &flashgate::cuda::ServingOverrides::wide_rows> {
+  ForcedWideRows() : ScopedOverride(true) {}
 };
 // All three at once (0: the planner's choice), with a note for SCOPED_TRACE naming the forced ones.
 struct ForcedServingPlan {
@@ -69,12 +82,12 @@ flashgate::harness::OwnedTensor fp64_output(const Case& host, Op op) {
   return ref.o;
 }
 
-// `o` of the cuda backend on a device copy of `host` (outputs poisoned first), copied back to the host.
+// `o` of `backend` on a device copy of `host` (outputs poisoned first), copied back to the host.
 template <class Case, class Op>
-flashgate::harness::OwnedTensor gpu_output(const Case& host, Op op) {
+flashgate::harness::OwnedTensor gpu_output(const Case& host, Op op, flashgate::Backend backend) {
   Case dev = host.to(flashgate::Device::cuda);
   dev.poison_outputs();
-  op(dev.args(), on(flashgate::Backend::cuda));
+  op(dev.args(), on(backend));
   flashgate::harness::device_synchronize();
   return dev.o.to(flashgate::Device::cpu);
 }

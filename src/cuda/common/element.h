@@ -1,10 +1,12 @@
-// Element types of the kernels: conversions to and from fp32, and the flashgate::DType -> CUDA type map.
+// Element types of the kernels: conversions to and from fp32, and the ElementType -> CUDA type map.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "flashgate/tensor.h"
+#include <cstdint>
+
+#include "cuda/common/element_type.h"
 
 namespace flashgate::cuda {
 
@@ -27,20 +29,20 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 // A value of a float tensor whose dtype is only known at run time (gates may come as fp32, fp16 or bf16).
-__device__ __forceinline__ float load_as_float(const void* base, int64_t index, DType dtype) {
+__device__ __forceinline__ float load_as_float(const void* base, int64_t index, ElementType dtype) {
   switch (dtype) {
-    case DType::f16: return __half2float(static_cast<const __half*>(base)[index]);
-    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
+    case ElementType::f16: return __half2float(static_cast<const __half*>(base)[index]);
+    case ElementType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
     default: return static_cast<const float*>(base)[index];
   }
 }
 
 // Calls f(T{}) with T the CUDA element type of `dtype` (f16, bf16 or f32).
 template <class F>
-decltype(auto) with_element_type(DType dtype, F&& f) {
+decltype(auto) with_element_type(ElementType dtype, F&& f) {
   switch (dtype) {
-    case DType::f16: return f(__half{});
-    case DType::bf16: return f(__nv_bfloat16{});
+    case ElementType::f16: return f(__half{});
+    case ElementType::bf16: return f(__nv_bfloat16{});
     default: return f(float{});
   }
 }

@@ -1,7 +1,7 @@
 #include "cuda/common/row_repack.h"
 
 #include "cuda/common/cuda_check.h"
-#include "flashgate/tensor.h"
+#include "cuda/common/element_type.h"
 
 namespace flashgate::cuda {
 namespace {
@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kThreads) repack_rows_kernel(const __grid_cons
 
 TokenHeadTensor repack_rows(const TokenHeadTensor& src, int64_t B, int64_t T, int64_t heads, int64_t dim, void* dst,
                             CUstream_st* stream) {
-  const int esize = static_cast<int>(dtype_size(src.dtype));
+  const int esize = element_size(src.dtype);
   const int64_t per16 = 16 / esize;
   const int64_t dst_dim = (dim + per16 - 1) / per16 * per16;
   const int64_t rows = B * T * heads;

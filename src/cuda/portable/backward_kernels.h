@@ -1,26 +1,14 @@
-// Host-side launchers of every backward kernel (each defined in its own .cu). All are stream-ordered,
-// never synchronise, and check their launch.
+// Host-side launchers of the portable backward kernels (each defined in its own .cu). All are stream-ordered,
+// never synchronise, and check their launch. The pre/post passes are common/backward_passes.h.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include "cuda/common/tile_scheduler.h"
-#include "cuda/portable/backward_params.h"
+#include "cuda/common/backward_params.h"
+#include "cuda/portable/backward_tiles.h"
 
 namespace flashgate::cuda::bwd {
-
-// ---- backward_prep.cu: D = o·do and a contiguous lse copy, per (b, query head, t) row.
-void launch_prepare_rows(const BackwardParams& p, cudaStream_t stream);
-
-// ---- backward_post.cu
-// dq[b,t,h,:] = scale * dq_acc (default-mode MMA path).
-void launch_dq_convert(const BackwardParams& p, cudaStream_t stream);
-// dk, dv = the fixed-order sum of the head-part partials (head_parts > 1).
-void launch_dkv_reduce(const BackwardParams& p, cudaStream_t stream);
-// dg = per-sequence suffix sum of dGc[t] = (E_t - D_t mass_t) - colsum_t.
-void launch_gate_grad(const BackwardParams& p, cudaStream_t stream);
-// dsink[h] = -sum over every row of head h of exp(sink[h] - lse_i) E_i (fixed order).
-void launch_sink_grad(const BackwardParams& p, cudaStream_t stream);
 
 // ---- backward_simt.cu: the fp32 (and small-shared-memory) path; writes dq, dk, dv, E, mass and colsum.
 void launch_simt_backward(const BackwardParams& p, cudaStream_t stream);

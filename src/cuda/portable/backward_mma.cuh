@@ -13,7 +13,7 @@
 #include "cuda/common/online_softmax.h"
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/visibility.h"
-#include "cuda/portable/backward_params.h"
+#include "cuda/portable/backward_tiles.h"
 #include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/mma.h"

@@ -9,7 +9,7 @@
 #include "cuda/common/element.h"
 #include "cuda/common/visibility.h"
 #include "cuda/portable/backward_kernels.h"
-#include "cuda/portable/backward_util.cuh"
+#include "cuda/common/backward_util.cuh"
 
 namespace flashgate::cuda::bwd {
 namespace {

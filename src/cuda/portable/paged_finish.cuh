@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "cuda/common/online_softmax.h"
-#include "cuda/portable/paged_params.h"
+#include "cuda/common/serving_params.h"
 
 namespace flashgate::cuda {
 
@@ -28,8 +28,8 @@ struct SharedRows {
 // 2^e as a float, exactly, for e in [-126, 127].
 __device__ __forceinline__ float pow2(int e) { return __uint_as_float(static_cast<uint32_t>(e + 127) << 23); }
 
-__device__ __forceinline__ void store_qo(void* base, int64_t i, DType t, float x) {
-  if (t == DType::bf16) static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(x);
+__device__ __forceinline__ void store_qo(void* base, int64_t i, ElementType t, float x) {
+  if (t == ElementType::bf16) static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(x);
   else static_cast<__half*>(base)[i] = __float2half_rn(x);
 }
 

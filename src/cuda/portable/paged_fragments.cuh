@@ -18,7 +18,7 @@
 
 #include <cstdint>
 
-#include "cuda/portable/paged_params.h"
+#include "cuda/common/serving_params.h"
 #include "cuda/ptx/cvt_fp8.h"
 #include "cuda/ptx/mma.h"
 

@@ -50,9 +50,9 @@
 #include "cuda/portable/paged_copy.cuh"
 #include "cuda/portable/paged_finish.cuh"
 #include "cuda/portable/paged_fragments.cuh"
-#include "cuda/portable/paged_params.h"
+#include "cuda/common/serving_params.h"
 #include "cuda/portable/paged_tile.cuh"
-#include "cuda/portable/paged_work.cuh"
+#include "cuda/common/serving_work.cuh"
 #include "cuda/ptx/cp_async.h"
 #include "cuda/ptx/grid_dependency.h"
 #include "cuda/ptx/fast_math.h"
@@ -62,8 +62,8 @@ namespace flashgate::cuda {
 
 namespace paged_detail {
 
-__device__ __forceinline__ float load_qo(const void* base, int64_t i, DType t) {
-  return t == DType::bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i])
+__device__ __forceinline__ float load_qo(const void* base, int64_t i, ElementType t) {
+  return t == ElementType::bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i])
                           : __half2float(static_cast<const __half*>(base)[i]);
 }
 

@@ -2,7 +2,7 @@
 // live in the .cu files next to this header).
 #pragma once
 
-#include "cuda/portable/paged_params.h"
+#include "cuda/common/serving_params.h"
 
 struct CUstream_st;
 
@@ -57,24 +57,5 @@ const PagedMmaEntry* find_paged_mma(CacheKind cache, int K, int V, int rows);
 
 // The fp32 fallback (any dtype, any alignment, no split): one CTA per (query row, query head).
 void launch_paged_simt(const ServingParams& p, CUstream_st* stream);
-
-// Combines p.num_splits partials per (query row, query head) into o, with the sink. `dependent`: launched as
-// a programmatic dependent of the split kernel (sm_90+), so its start overlaps that kernel's tail.
-void launch_paged_merge(const ServingParams& p, bool dependent, CUstream_st* stream);
-
-// decode's gate: out[h * T + t] = log2(e) * mul * (g[t+1, h] + ... + g[end-1, h]) within t's sequence
-// (the gate term Gc[L-1] - Gc[t] of SPEC §5, summed from the end so near keys keep full precision).
-struct DecodeGateArgs {
-  const void* g = nullptr;
-  DType g_dtype = DType::f32;
-  int64_t g_token_stride = 0, g_head_stride = 1;
-  const void* cu = nullptr;
-  int cu_bytes = 4;
-  int64_t cu_stride = 1;
-  int64_t num_seqs = 0, T = 0;
-  int HQ = 0;
-  float mul = 1.f;  // scale with gate_scale, else 1
-};
-void launch_decode_gate_bias(const DecodeGateArgs& a, float* out, CUstream_st* stream);
 
 }  // namespace flashgate::cuda

@@ -8,7 +8,7 @@
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/online_softmax.h"
 #include "cuda/portable/paged_launch.h"
-#include "cuda/portable/paged_work.cuh"
+#include "cuda/common/serving_work.cuh"
 
 namespace flashgate::cuda {
 namespace {
@@ -17,11 +17,11 @@ constexpr int kThreads = 128;
 constexpr int kMaxKeyDim = 576;
 constexpr int kDimsPerThread = 4;  // V <= 512
 
-__device__ __forceinline__ float load_element(const void* base, int64_t i, DType t) {
+__device__ __forceinline__ float load_element(const void* base, int64_t i, ElementType t) {
   switch (t) {
-    case DType::f16: return __half2float(static_cast<const __half*>(base)[i]);
-    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-    case DType::e4m3: {  // the e4m3 bits placed in a float are x * 2^-120 (subnormals too); 2^120 restores x
+    case ElementType::f16: return __half2float(static_cast<const __half*>(base)[i]);
+    case ElementType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case ElementType::e4m3: {  // the e4m3 bits placed in a float are x * 2^-120 (subnormals too); 2^120 restores x
       const uint32_t x = static_cast<const uint8_t*>(base)[i];
       return __uint_as_float(((x & 0x80u) << 24) | ((x & 0x7fu) << 20)) * 0x1p120f;
     }
@@ -29,9 +29,9 @@ __device__ __forceinline__ float load_element(const void* base, int64_t i, DType
   }
 }
 
-__device__ __forceinline__ void store_element(void* base, int64_t i, DType t, float x) {
-  if (t == DType::bf16) static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(x);
-  else if (t == DType::f16) static_cast<__half*>(base)[i] = __float2half_rn(x);
+__device__ __forceinline__ void store_element(void* base, int64_t i, ElementType t, float x) {
+  if (t == ElementType::bf16) static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(x);
+  else if (t == ElementType::f16) static_cast<__half*>(base)[i] = __float2half_rn(x);
   else static_cast<float*>(base)[i] = x;
 }
 

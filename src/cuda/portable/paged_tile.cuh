@@ -5,7 +5,7 @@
 
 #include "cuda/common/host_device.h"
 #include "cuda/portable/paged_fragments.cuh"
-#include "cuda/portable/paged_params.h"
+#include "cuda/common/serving_params.h"
 
 namespace flashgate::cuda {
 

@@ -1,0 +1,66 @@
+// The backward's plain parameter struct (host and device) and the layout of its fp32 dq accumulator.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/common/attention_params.h"
+#include "cuda/common/host_device.h"
+
+namespace flashgate::cuda::bwd {
+
+// Everything the backward kernels read and write. Row vectors of the workspace (lse, D, E, colsum) are
+// laid out like the gate prefix sums: [B][HQ][T] fp32, see row_index.
+struct BackwardParams {
+  AttentionParams a;                    // q, k, v, o, lse, g, sink, cu_seqlens, gc, sizes, scale, window
+  TokenHeadTensor dout, dq, dk, dv, dg;
+  float* dsink = nullptr;
+  int do_width = 16, dq_width = 16, dk_width = 16, dv_width = 16;  // row byte alignment (row_copy_width)
+  int K16 = 16, V16 = 16;               // head dims rounded up to the MMA k-step
+  bool deterministic = false;
+  bool need_E = false;                  // gate or sink: E[i] = sum_j P dP is needed
+  bool exact_D = false;                 // D[i] = sum_j P dP by a query-major pre-pass, not o·do (backward.h)
+
+  // Workspace.
+  float* lse = nullptr;     // contiguous copy of the forward's lse (natural log)
+  float* D = nullptr;       // o·do
+  float* E = nullptr;       // sum_j P dP (need_E)
+  float* mass = nullptr;    // sum_j P, the visible keys' share of the row's softmax mass (gate)
+  float* colsum = nullptr;  // sum_i dS[i,t] per query head (gate)
+  float* dq_acc = nullptr;  // fp32 dq / scale (MMA kernels, default mode) in dq_acc_offset's layout
+  float* dk_part = nullptr; // [head_parts][B][H][T][K16] scaled dk partials (head_parts > 1)
+  float* dv_part = nullptr; // [head_parts][B][H][T][V16]
+  int head_parts = 1;       // the G query heads of a kv head split over this many CTAs (divides G)
+
+  // The key-major kernel's variant with E/mass row sums and the gate's terms (dkdv_kernel kRowSums); the
+  // one without them is for neither a gate nor a sink.
+  FG_HOST_DEVICE bool needs_row_sums() const { return need_E || a.has_gate; }
+
+  FG_HOST_DEVICE int64_t row_index(int64_t b, int64_t h, int64_t t) const { return (b * a.HQ + h) * a.T + t; }
+  FG_HOST_DEVICE int64_t kv_row_index(int64_t part, int64_t b, int64_t hk, int64_t t) const {
+    return ((part * a.B + b) * a.H + hk) * a.T + t;
+  }
+};
+
+// dq_acc's layout (the one place for this rule): per (b, query head) dq_acc_rows_per_head rows of K16 floats;
+// sequence n starts at row dq_row (16-aligned, 16-row groups clear of the next sequence's), and each 16-row group
+// of a sequence is stored in MMA accumulator order: its 16 x 8 block of columns 8C.. is 128 consecutive
+// floats, where lane 4g + c of an m16n8 fragment (rows g, g+8; columns 2c, 2c+1) keeps its four values at
+// 4 (4g + c) .. +3. So a warp adds a whole block with one 16-byte reduction per lane, 512 consecutive bytes
+// (plain rows put the block on eight cache lines: the dK/dV kernel ran 7-15% slower at D128-D256 on the H200,
+// session 8). Rows of a group past the sequence's end are padding nobody reads.
+FG_HOST_DEVICE int64_t dq_acc_rows_per_head(const AttentionParams& a) {
+  const int64_t rows = a.packed ? a.T + 16 * a.num_seqs : a.T;  // a group may start 15 rows after a sequence
+  return (rows + 15) / 16 * 16;
+}
+// Row of local position 0 of sequence n (batch b when dense; start: its first token) in query head h.
+FG_HOST_DEVICE int64_t dq_row(const AttentionParams& a, int64_t b, int64_t h, int64_t n, int64_t start) {
+  return (b * a.HQ + h) * dq_acc_rows_per_head(a) + (a.packed ? (start + 16 * n) / 16 * 16 : 0);
+}
+// Float index of local row i, column d of the sequence whose row 0 is row0 (dq_row).
+FG_HOST_DEVICE int64_t dq_acc_offset(int64_t row0, int i, int d, int K16) {
+  const int r = i & 15;
+  return (row0 + (i - r)) * K16 + (d & ~7) * 16 + 4 * (4 * (r & 7) + ((d & 7) >> 1)) + 2 * (r >> 3) + (d & 1);
+}
+
+}  // namespace flashgate::cuda::bwd

@@ -1,0 +1,24 @@
+// Host-side launchers of the backward's pre and post passes, which every GPU generation shares (kernels in
+// backward_prep.cu and backward_post.cu). All are stream-ordered, never synchronise, and check their launch.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/common/backward_params.h"
+
+namespace flashgate::cuda::bwd {
+
+// ---- backward_prep.cu: D = o·do and a contiguous lse copy, per (b, query head, t) row.
+void launch_prepare_rows(const BackwardParams& p, cudaStream_t stream);
+
+// ---- backward_post.cu
+// dq[b,t,h,:] = scale * dq_acc (default-mode MMA path).
+void launch_dq_convert(const BackwardParams& p, cudaStream_t stream);
+// dk, dv = the fixed-order sum of the head-part partials (head_parts > 1).
+void launch_dkv_reduce(const BackwardParams& p, cudaStream_t stream);
+// dg = per-sequence suffix sum of dGc[t] = (E_t - D_t mass_t) - colsum_t.
+void launch_gate_grad(const BackwardParams& p, cudaStream_t stream);
+// dsink[h] = -sum over every row of head h of exp(sink[h] - lse_i) E_i (fixed order).
+void launch_sink_grad(const BackwardParams& p, cudaStream_t stream);
+
+}  // namespace flashgate::cuda::bwd

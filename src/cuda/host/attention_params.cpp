@@ -1,0 +1,75 @@
+#include "cuda/host/attention_params.h"
+
+#include <cmath>
+
+namespace flashgate::cuda {
+
+ElementType element_type(DType d) {
+  switch (d) {
+    case DType::f16: return ElementType::f16;
+    case DType::bf16: return ElementType::bf16;
+    case DType::e4m3: return ElementType::e4m3;
+    default: return ElementType::f32;
+  }
+}
+
+int row_copy_width(const Tensor& t) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(t.dtype));
+  int width = 16;
+  auto fits = [&](int64_t bytes) {
+    while (width > 1 && bytes % width != 0) width /= 2;
+  };
+  fits(static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data)));
+  // Every axis but the contiguous last one moves whole rows; an axis of extent 1 never moves.
+  for (int a = 0; a + 1 < t.rank; ++a)
+    if (t.shape[a] > 1) fits(t.stride[a] * esize);
+  return width;
+}
+
+TokenHeadTensor token_head_view(const Tensor& t) {
+  TokenHeadTensor v;
+  v.data = t.data;
+  v.dtype = element_type(t.dtype);
+  if (t.defined()) {
+    v.batch_stride = t.stride[0];
+    v.token_stride = t.stride[1];
+    v.head_stride = t.stride[2];
+  }
+  return v;
+}
+
+AttentionParams make_attention_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                      const Tensor& sink, const Tensor& cu_seqlens,
+                                      const detail::AttentionProblem& p) {
+  AttentionParams r;
+  r.q = token_head_view(q);
+  r.k = token_head_view(k);
+  r.v = token_head_view(v);
+  r.g = token_head_view(g);
+  r.sink = static_cast<const float*>(sink.data);
+  if (cu_seqlens.defined()) {
+    r.cu_seqlens = cu_seqlens.data;
+    r.cu_seqlens_bytes = static_cast<int>(dtype_size(cu_seqlens.dtype));
+  }
+  r.B = p.B, r.T = p.T, r.HQ = p.HQ, r.H = p.H, r.group = p.group(), r.num_seqs = p.num_seqs;
+  r.K = static_cast<int>(p.K), r.V = static_cast<int>(p.V);
+  r.dtype = element_type(q.dtype);
+  r.scale = p.scale;
+  r.scale_log2 = static_cast<float>(static_cast<double>(p.scale) * 1.4426950408889634);
+  // A window of T or more hides no key (i - j < T always): normalise it to "none" so kernels keep ints.
+  r.window = (p.window < 0 || p.window >= p.T) ? -1 : static_cast<int>(p.window);
+  r.has_gate = p.has_gate, r.has_sink = p.has_sink, r.packed = p.packed;
+  r.q_width = row_copy_width(q), r.k_width = row_copy_width(k), r.v_width = row_copy_width(v);
+  return r;
+}
+
+AttentionParams make_attention_params(const ForwardArgs& a, const detail::AttentionProblem& p) {
+  AttentionParams r = make_attention_params(a.q, a.k, a.v, a.g, a.sink, a.cu_seqlens, p);
+  r.o = token_head_view(a.o);
+  r.o_width = row_copy_width(a.o);
+  r.lse = token_head_view(a.lse);
+  r.has_lse = p.has_lse;
+  return r;
+}
+
+}  // namespace flashgate::cuda

@@ -1,0 +1,28 @@
+// Checked arguments -> the kernels' plain params (common/attention_params.h), and the dtype map.
+#pragma once
+
+#include "api/problem.h"
+#include "cuda/common/attention_params.h"
+#include "cuda/common/element_type.h"
+#include "flashgate/ops.h"
+
+namespace flashgate::cuda {
+
+ElementType element_type(DType d);
+
+// Widest byte width (16, 8, 4 or 2) that every row start of a tensor is aligned to. Tile loaders need 16;
+// inputs below it are repacked (row_repack.h), outputs below it are stored element by element.
+int row_copy_width(const Tensor& t);
+
+// The view of a [B,T,heads,dim] or [B,T,heads] tensor.
+TokenHeadTensor token_head_view(const Tensor& t);
+
+// Fills the params of a forward (o, lse) from checked arguments; `gc` is set by the caller once the
+// workspace is carved.
+AttentionParams make_attention_params(const ForwardArgs& a, const detail::AttentionProblem& p);
+// The part shared with the backward: q, k, v, g, sink, cu_seqlens, sizes, scale and window.
+AttentionParams make_attention_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                      const Tensor& sink, const Tensor& cu_seqlens,
+                                      const detail::AttentionProblem& p);
+
+}  // namespace flashgate::cuda

@@ -1,0 +1,84 @@
+// The `cuda` backend (portable sm80+ kernels) behind the dispatch interface. Common refusals live here;
+// each kernel family adds its own through host::cannot_run.
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "api/backend.h"
+#include "api/device_runtime.h"
+#include "cuda/host/serving.h"
+#include "cuda/host/training.h"
+
+namespace flashgate::detail {
+namespace {
+
+// Device compute capability (major*10+minor) of device `index`, cached per device.
+int compute_capability(int index) {
+  static int cached[64] = {};
+  if (index < 0 || index >= 64) return 0;
+  if (cached[index] == 0) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    cached[index] = major * 10 + minor;
+  }
+  return cached[index];
+}
+
+template <class Args>
+std::string common_refusal(const Args& a) {
+  if (a.q.device != Device::cuda) return "the cuda backend needs tensors in GPU memory";
+  if (a.q.dtype == DType::f64) return "float64 runs on the cpu backend only";
+  const int cc = compute_capability(a.q.device_index);
+  if (cc < 80) return "needs an sm80 or newer GPU (found compute capability " + std::to_string(cc) + ")";
+  return "";
+}
+
+template <class Args, class Problem>
+std::string refusal(const Args& a, const Problem& p) {
+  std::string why = common_refusal(a);
+  return why.empty() ? host::cannot_run(a, p) : why;
+}
+
+class CudaBackend final : public BackendImpl {
+ public:
+  Backend id() const override { return Backend::cuda; }
+  std::string cannot_run(const ForwardArgs& a, const AttentionProblem& p) const override { return refusal(a, p); }
+  std::string cannot_run(const BackwardArgs& a, const AttentionProblem& p) const override { return refusal(a, p); }
+  std::string cannot_run(const DecodeArgs& a, const DecodeProblem& p) const override { return refusal(a, p); }
+  std::string cannot_run(const PagedArgs& a, const PagedProblem& p) const override { return refusal(a, p); }
+
+  size_t workspace(const ForwardArgs& a, const AttentionProblem& p) const override { return host::workspace(a, p); }
+  size_t workspace(const BackwardArgs& a, const AttentionProblem& p) const override { return host::workspace(a, p); }
+  size_t workspace(const DecodeArgs& a, const DecodeProblem& p) const override { return host::workspace(a, p); }
+  size_t workspace(const PagedArgs& a, const PagedProblem& p) const override { return host::workspace(a, p); }
+
+  void run(const ForwardArgs& a, const AttentionProblem& p, const Launch& l) const override { host::run(a, p, l); }
+  void run(const BackwardArgs& a, const AttentionProblem& p, const Launch& l) const override { host::run(a, p, l); }
+  void run(const DecodeArgs& a, const DecodeProblem& p, const Launch& l) const override { host::run(a, p, l); }
+  void run(const PagedArgs& a, const PagedProblem& p, const Launch& l) const override { host::run(a, p, l); }
+
+  void* allocate_scratch(size_t bytes, CUstream_st* stream) const override {
+    void* ptr = nullptr;
+    check_cuda(cudaMallocAsync(&ptr, bytes, stream), "cudaMallocAsync (workspace)");
+    return ptr;
+  }
+  void free_scratch(void* ptr, CUstream_st* stream) const override {
+    if (ptr) check_cuda(cudaFreeAsync(ptr, stream), "cudaFreeAsync (workspace)");
+  }
+};
+
+}  // namespace
+
+const BackendImpl* cuda_backend() {
+  static const CudaBackend backend;
+  return &backend;
+}
+
+// The Hopper kernels are not built yet; `auto` goes straight to the portable ones.
+const BackendImpl* hopper_backend() { return nullptr; }
+
+}  // namespace flashgate::detail

@@ -1,0 +1,293 @@
+// The portable backward's host side: the plan (SIMT or MMA path, head-dim bucket, column slices, GQA head
+// parts), the workspace carving (one function for sizing and for use, so they never disagree) and the
+// stream-ordered launch sequence described in backward.h.
+#include "cuda/host/backward.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "cuda/common/backward_passes.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/gate.h"
+#include "cuda/common/row_repack.h"
+#include "cuda/common/tile_scheduler.h"
+#include "cuda/common/workspace.h"
+#include "cuda/host/attention_params.h"
+#include "cuda/portable/backward_kernels.h"
+#include "flashgate/error.h"
+
+namespace flashgate::host {
+namespace {
+
+using cuda::AttentionParams;
+using cuda::ElementType;
+using cuda::TileMapEntry;
+using cuda::TileSchedule;
+using cuda::bwd::BackwardParams;
+using cuda::bwd::TileSizes;
+
+struct DeviceLimits {
+  int sms = 1;
+  int smem_optin = 0;   // bytes of shared memory one block may opt in to
+  int smem_per_sm = 0;  // bytes of shared memory of one SM (all its blocks)
+  int major = 0;        // compute capability
+};
+
+DeviceLimits device_limits(int device) {
+  DeviceLimits d;
+  FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
+  FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device));
+  return d;
+}
+
+// Makes `device` current for the launches and restores the caller's device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    FLASHGATE_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) FLASHGATE_CUDA_CHECK(cudaSetDevice(device));
+    else previous_ = -1;
+  }
+  ~DeviceGuard() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+int round16(int64_t x) { return static_cast<int>((x + 15) / 16 * 16); }
+
+BackwardParams make_params(const BackwardArgs& args, const detail::AttentionProblem& prob) {
+  BackwardParams p;
+  p.a = cuda::make_attention_params(args.q, args.k, args.v, args.g, args.sink, args.cu_seqlens, prob);
+  p.a.o = cuda::token_head_view(args.o);
+  p.a.o_width = cuda::row_copy_width(args.o);
+  p.a.lse = cuda::token_head_view(args.lse);
+  p.a.has_lse = true;
+  p.dout = cuda::token_head_view(args.dout);
+  p.dq = cuda::token_head_view(args.dq);
+  p.dk = cuda::token_head_view(args.dk);
+  p.dv = cuda::token_head_view(args.dv);
+  if (args.dg.defined()) p.dg = cuda::token_head_view(args.dg);
+  p.dsink = static_cast<float*>(args.dsink.data);
+  p.do_width = cuda::row_copy_width(args.dout);
+  p.dq_width = cuda::row_copy_width(args.dq);
+  p.dk_width = cuda::row_copy_width(args.dk);
+  p.dv_width = cuda::row_copy_width(args.dv);
+  p.K16 = round16(prob.K);
+  p.V16 = round16(prob.V);
+  p.deterministic = args.deterministic;
+  p.need_E = prob.has_gate || prob.has_sink;
+  p.exact_D = p.K16 == 16;
+  return p;
+}
+
+struct Plan {
+  bool mma = false;  // else the SIMT path
+  int bucket = 0;
+  TileSizes tiles;
+  int slices_kv = 1, slices_q = 1;
+  int stages_kv = 0, stages_q = 0;  // buffers of the per-step tiles (0: does not fit)
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Chooses the path and, for the MMA path, the column slices and how many CTAs share a kv head's query
+// heads (p.head_parts): split only while the grid would leave SMs idle.
+Plan make_plan(BackwardParams& p, const DeviceLimits& dev) {
+  Plan plan;
+  p.head_parts = 1;
+  if (p.a.dtype == ElementType::f32) return plan;
+  plan.bucket = cuda::bwd::bucket_for(p.K16, p.V16);
+  plan.tiles = cuda::bwd::tile_sizes(plan.bucket);
+  // Two stages (prefetch the next step) where shared memory allows, else one; the dq kernel keeps
+  // dq_min_blocks CTAs per SM. Nothing fits: the SIMT path.
+  const size_t optin = static_cast<size_t>(dev.smem_optin), per_sm = static_cast<size_t>(dev.smem_per_sm);
+  const TileSizes& t = plan.tiles;
+  plan.stages_kv = t.smem_dkdv[2] <= optin ? 2 : t.smem_dkdv[1] <= optin ? 1 : 0;
+  const bool dq_two = t.smem_dq[2] <= optin && t.smem_dq[2] * t.dq_min_blocks <= per_sm;
+  plan.stages_q = dq_two ? 2 : t.smem_dq[1] <= optin ? 1 : 0;
+  if (plan.stages_kv == 0 || ((p.deterministic || p.exact_D) && plan.stages_q == 0)) return plan;
+
+  plan.slices_kv = static_cast<int>(ceil_div(std::max(p.K16, p.V16), plan.tiles.slice_kv));
+  plan.slices_q = static_cast<int>(ceil_div(p.K16, plan.tiles.dq_slice));
+  const int64_t key_tiles = cuda::make_tile_schedule(p.a, plan.tiles.key_tile, nullptr).num_tiles;
+  const int64_t query_tiles = cuda::make_tile_schedule(p.a, plan.tiles.dq_rows, nullptr).num_tiles;
+  const int64_t ctas = key_tiles * p.a.H * plan.slices_kv;
+  const int64_t group = p.a.group;
+  for (int64_t parts = 1; parts <= group; ++parts) {
+    if (group % parts != 0) continue;
+    p.head_parts = static_cast<int>(parts);
+    if (ctas * parts >= 2 * dev.sms) break;
+  }
+  // One grid axis carries every CTA; beyond it (never in practice) the SIMT path's grid-stride loops serve.
+  const int64_t max_grid = std::numeric_limits<int32_t>::max();
+  if (ctas * p.head_parts > max_grid || query_tiles * p.a.HQ * plan.slices_q > max_grid) {
+    p.head_parts = 1;
+    return plan;
+  }
+  plan.mma = true;
+  return plan;
+}
+
+// Workspace pieces that are not in BackwardParams.
+struct Scratch {
+  TileMapEntry* keys = nullptr;
+  TileMapEntry* queries = nullptr;
+  float* gc = nullptr;
+  // 16-byte-aligned copies of q, k, v, dout for the MMA loaders (only where the caller's rows are not).
+  void* q = nullptr;
+  void* k = nullptr;
+  void* v = nullptr;
+  void* dout = nullptr;
+};
+
+void* take_repack(cuda::WorkspaceCarver& w, int width, int64_t B, int64_t T, int64_t heads, int64_t dim) {
+  if (width >= 16) return nullptr;
+  return w.take<uint16_t>(cuda::repacked_elements(B, T, heads, dim, 2));
+}
+
+int64_t dq_acc_floats(const BackwardParams& p) {
+  return p.a.B * p.a.HQ * cuda::bwd::dq_acc_rows_per_head(p.a) * p.K16;
+}
+
+// Carves the workspace into p's scratch pointers (sizes only when the carver has no base).
+Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
+  Scratch m;
+  const int64_t rows = p.a.B * p.a.HQ * p.a.T;
+  m.gc = w.take<float>(cuda::gate_prefix_elements(p.a));
+  p.a.gc = m.gc;
+  p.lse = w.take<float>(rows);
+  p.D = w.take<float>(rows);
+  if (p.need_E) p.E = w.take<float>(rows);
+  if (p.a.has_gate) p.colsum = w.take<float>(rows);
+  if (p.a.has_gate) p.mass = w.take<float>(rows);
+  if (!plan.mma) return m;
+  if (!p.deterministic) p.dq_acc = w.take<float>(dq_acc_floats(p));
+  if (p.head_parts > 1) {
+    const int64_t kv_rows = p.head_parts * p.a.B * p.a.H * p.a.T;
+    p.dk_part = w.take<float>(kv_rows * p.K16);
+    p.dv_part = w.take<float>(kv_rows * p.V16);
+  }
+  m.keys = w.take<TileMapEntry>(cuda::tile_map_entries(p.a, plan.tiles.key_tile));
+  if (p.deterministic || p.exact_D) m.queries = w.take<TileMapEntry>(cuda::tile_map_entries(p.a, plan.tiles.dq_rows));
+  const AttentionParams& a = p.a;
+  m.q = take_repack(w, a.q_width, a.B, a.T, a.HQ, a.K);
+  m.k = take_repack(w, a.k_width, a.B, a.T, a.H, a.K);
+  m.v = take_repack(w, a.v_width, a.B, a.T, a.H, a.V);
+  m.dout = take_repack(w, p.do_width, a.B, a.T, a.HQ, a.V);
+  return m;
+}
+
+// The dK/dV kernel's variant: with the row sums and gate terms only where a gate or a sink needs them.
+template <class T, int kD>
+void launch_dkdv(const BackwardParams& p, const Plan& plan, const TileSchedule& keys, cudaStream_t stream) {
+  if (p.needs_row_sums())
+    cuda::bwd::launch_dkdv_mma<T, kD, true>(p, keys, plan.slices_kv, plan.stages_kv, stream);
+  else
+    cuda::bwd::launch_dkdv_mma<T, kD, false>(p, keys, plan.slices_kv, plan.stages_kv, stream);
+}
+
+// One bucket's kernels in order: exact_D's pre-pass (D = sum_j P dP, one slice), the dq kernel
+// (deterministic mode), the dK/dV kernel.
+template <class T, int kD>
+void launch_bucket(const BackwardParams& p, const Plan& plan, const TileSchedule& keys, const TileSchedule& queries,
+                   cudaStream_t stream) {
+  using namespace cuda::bwd;
+  if (p.exact_D) launch_dq_mma<T, kD>(p, queries, 1, plan.stages_q, /*d_only=*/true, stream);
+  if (p.deterministic) launch_dq_mma<T, kD>(p, queries, plan.slices_q, plan.stages_q, /*d_only=*/false, stream);
+  launch_dkdv<T, kD>(p, plan, keys, stream);
+}
+
+template <class T>
+void launch_mma_kernels(const BackwardParams& p, const Plan& plan, const TileSchedule& keys,
+                        const TileSchedule& queries, cudaStream_t stream) {
+  switch (plan.bucket) {
+    case 64: return launch_bucket<T, 64>(p, plan, keys, queries, stream);
+    case 128: return launch_bucket<T, 128>(p, plan, keys, queries, stream);
+    case 256: return launch_bucket<T, 256>(p, plan, keys, queries, stream);
+    default: return launch_bucket<T, 512>(p, plan, keys, queries, stream);
+  }
+}
+
+void zero_async(void* ptr, int64_t floats, cudaStream_t stream) {
+  if (ptr && floats > 0)
+    FLASHGATE_CUDA_CHECK(cudaMemsetAsync(ptr, 0, static_cast<size_t>(floats) * sizeof(float), stream));
+}
+
+}  // namespace
+
+std::string backward_refusal(const BackwardArgs&, const detail::AttentionProblem& prob) {
+  if (prob.T > std::numeric_limits<int32_t>::max())
+    return "sequence positions are 32-bit in the portable kernels (T must be below 2^31)";
+  return "";
+}
+
+size_t backward_workspace(const BackwardArgs& args, const detail::AttentionProblem& prob) {
+  BackwardParams p = make_params(args, prob);
+  const Plan plan = make_plan(p, device_limits(args.q.device_index));
+  cuda::WorkspaceCarver w;
+  carve(p, plan, w);
+  return w.bytes() + cuda::WorkspaceCarver::kAlign;  // room to align the caller's base (launch_backward)
+}
+
+void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& prob, const Launch& launch) {
+  DeviceGuard device(args.q.device_index);
+  BackwardParams p = make_params(args, prob);
+  const Plan plan = make_plan(p, device_limits(args.q.device_index));
+  // Carving starts at the caller's base rounded up to kAlign, so every piece is kAlign-aligned whatever the
+  // caller passed (the dK/dV kernel's 16-byte vector atomics into dq_acc rely on it).
+  constexpr size_t kAlign = cuda::WorkspaceCarver::kAlign;
+  const size_t pad = (kAlign - reinterpret_cast<uintptr_t>(launch.workspace) % kAlign) % kAlign;
+  cuda::WorkspaceCarver w(static_cast<char*>(launch.workspace) + pad);
+  const Scratch maps = carve(p, plan, w);
+  if (w.bytes() + pad > launch.workspace_bytes)
+    throw Error(ErrorKind::invalid_argument, "workspace",
+                "flashgate: attention_backward: workspace of " + std::to_string(launch.workspace_bytes) +
+                    " bytes is too small, this call needs " + std::to_string(w.bytes() + kAlign));
+  const cudaStream_t stream = reinterpret_cast<cudaStream_t>(launch.stream);
+  const int64_t rows = p.a.B * p.a.HQ * p.a.T;
+
+  if (p.a.has_gate) cuda::launch_gate_prefix_sum(p.a, maps.gc, stream);
+  cuda::bwd::launch_prepare_rows(p, stream);
+  zero_async(p.E, rows, stream);  // rows outside every sequence (broken unchecked cu_seqlens) stay 0
+  zero_async(p.mass, rows, stream);
+  zero_async(p.dq_acc, dq_acc_floats(p), stream);
+
+  if (plan.mma) {
+    // The MMA loaders copy 16-byte chunks: unaligned inputs go through aligned copies first.
+    AttentionParams& a = p.a;
+    if (maps.q) a.q = cuda::repack_rows(a.q, a.B, a.T, a.HQ, a.K, maps.q, stream), a.q_width = 16;
+    if (maps.k) a.k = cuda::repack_rows(a.k, a.B, a.T, a.H, a.K, maps.k, stream), a.k_width = 16;
+    if (maps.v) a.v = cuda::repack_rows(a.v, a.B, a.T, a.H, a.V, maps.v, stream), a.v_width = 16;
+    if (maps.dout) p.dout = cuda::repack_rows(p.dout, a.B, a.T, a.HQ, a.V, maps.dout, stream), p.do_width = 16;
+    const TileSchedule keys = cuda::make_tile_schedule(p.a, plan.tiles.key_tile, maps.keys);
+    cuda::launch_build_tile_map(p.a, keys, maps.keys, stream);
+    TileSchedule queries;
+    if (p.deterministic || p.exact_D) {
+      queries = cuda::make_tile_schedule(p.a, plan.tiles.dq_rows, maps.queries);
+      cuda::launch_build_tile_map(p.a, queries, maps.queries, stream);
+    }
+    if (p.a.dtype == ElementType::f16) launch_mma_kernels<__half>(p, plan, keys, queries, stream);
+    else launch_mma_kernels<__nv_bfloat16>(p, plan, keys, queries, stream);
+    if (!p.deterministic) cuda::bwd::launch_dq_convert(p, stream);
+    if (p.head_parts > 1) cuda::bwd::launch_dkv_reduce(p, stream);
+  } else {
+    cuda::bwd::launch_simt_backward(p, stream);
+  }
+
+  if (p.a.has_gate) cuda::bwd::launch_gate_grad(p, stream);
+  if (p.a.has_sink) cuda::bwd::launch_sink_grad(p, stream);
+}
+
+}  // namespace flashgate::host

@@ -1,0 +1,17 @@
+// Forced choices for tests and measurements, in place of what the serving planner would choose. One
+// process-wide struct: tests set it (tests/support/gpu_run.h scopes it), the planner reads it once per call.
+// Zero / false everywhere means "the planner decides".
+#pragma once
+
+namespace flashgate::cuda {
+
+struct ServingOverrides {
+  int num_splits = 0;      // key slices per row block (1..kMaxKeySlices), on the mma path
+  int stages = 0;          // pipeline stages (2..4; fewer where a CTA's shared memory does not hold them)
+  int heads_per_cta = 0;   // kv heads a CTA takes in turn (1..H)
+  bool wide_rows = false;  // the 16-row layout even where an 8-row tile (keys as M) would do
+};
+
+ServingOverrides& serving_overrides();
+
+}  // namespace flashgate::cuda

@@ -1,0 +1,22 @@
+// Portable (sm80+) training kernels: attention forward and backward (SPEC §3-§4).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "api/problem.h"
+#include "flashgate/ops.h"
+
+namespace flashgate::host {
+
+// "" when these kernels serve the request, else why not.
+std::string cannot_run(const ForwardArgs&, const detail::AttentionProblem&);
+std::string cannot_run(const BackwardArgs&, const detail::AttentionProblem&);
+
+size_t workspace(const ForwardArgs&, const detail::AttentionProblem&);
+size_t workspace(const BackwardArgs&, const detail::AttentionProblem&);
+
+void run(const ForwardArgs&, const detail::AttentionProblem&, const Launch&);
+void run(const BackwardArgs&, const detail::AttentionProblem&, const Launch&);
+
+}  // namespace flashgate::host
