@@ -1,5 +1,5 @@
 // The serving kernels' numbering of packed query tokens in row blocks (first_token_block, token_block_bound in
-// src/cuda/portable/paged_params.h): on random batches, every sequence's blocks get their own numbers below
+// src/cuda/common/serving_params.h): on random batches, every sequence's blocks get their own numbers below
 // the host's bound, and the kernel's lookup (the last sequence whose first block is at most the number, then
 // the token offset) finds each block's owner and no owner for the numbers left over.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda/portable/paged_params.h"
+#include "cuda/common/serving_params.h"
 
 namespace flashgate::cuda {
 namespace {
