@@ -1,6 +1,6 @@
-"""flashgate against its peers on every row of docs/BENCHMARKS.md, in one process, on one GPU.
+"""flashgate against its peers on every row of bench/rows.txt, in one process, on one GPU.
 
-    python bench/run.py --out OUTDIR [--fla PATH] [--vllm PATH] [--rows SUBSTRING] [--peers LIST]
+    python bench/run.py --out OUTDIR [--fla PATH] [--vllm PATH] [--rows TEXT|TEXT...] [--peers LIST]
 
 Writes OUTDIR/results.json (raw), OUTDIR/report.md (tables of TFLOP/s, GB/s and flashgate/peer ratios),
 OUTDIR/*.png (plots). A contender that cannot run a case is reported with its error, never as a ratio; a
@@ -28,6 +28,11 @@ GATE_TOL = 0.02  # correctness gate before timing (bf16 outputs against fp32)
 
 def log(*a):
     print(*a, flush=True)
+
+
+def wanted_row(args, name):
+    """--rows: '|'-separated texts; a row runs when its name contains one of them (all rows without --rows)."""
+    return not args.rows or any(text in name for text in args.rows.split("|"))
 
 
 def short(e):
@@ -74,7 +79,7 @@ def time_training(fwd, t, skip_backward):
 def run_training(args, contenders, results):
     """Appends one entry per row to `results` (so an interrupted run keeps the rows it finished)."""
     for row in TRAINING_ROWS:
-        if args.rows and args.rows not in row.name:
+        if not wanted_row(args, row.name):
             continue
         log(f"[training] {row.name}")
         entry = {"row": row.name, "fwd_flops": row.fwd_flops(), "contenders": {}}
@@ -189,7 +194,7 @@ def run_serving(args):
             [("paged", r, m) for m in (None, "per-tensor", "per-token") for r in PAGED_ROWS]
     for op, row, fp8 in cases:
         label = f"{op} {'bf16' if fp8 is None else 'fp8 ' + fp8} {row.name}"
-        if args.rows and args.rows not in label:
+        if not wanted_row(args, label):
             continue
         log(f"[serving] {label}")
         entry = {"op": op, "kv": "bf16" if fp8 is None else f"fp8 {fp8}", "row": row.name,
@@ -250,7 +255,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--fla", default="", help="path of a flash-linear-attention checkout (optional)")
     ap.add_argument("--vllm", default="", help="path of a vLLM checkout (optional)")
-    ap.add_argument("--rows", default="", help="only rows whose name contains this text")
+    ap.add_argument("--rows", default="", help="only rows whose name contains one of these '|'-separated texts")
     ap.add_argument("--peers", default="cuDNN,FA2,flex,FLA",
                     help="training peers to run beside flashgate (FLA needs --fla; flex compiles take time)")
     ap.add_argument("--skip-backward", action="store_true")

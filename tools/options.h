@@ -14,7 +14,8 @@ enum class Op { forward, backward, decode, paged };
 
 struct RunOptions {
   Op op = Op::forward;
-  int64_t batch = 0, seqlen = 0, heads = 0, kv_heads = 0, head_dim = 0, v_dim = 0;  // 0: the op's default
+  // Unset: the op's default for the device. Given sizes are >= 1: 0 is an error, not a way to ask for the default.
+  std::optional<int64_t> batch, seqlen, heads, kv_heads, head_dim, v_dim;
   std::vector<int64_t> packed;  // --packed LENS
   int64_t q_len = 1;            // paged: query tokens per sequence
   int64_t block_size = 16;
@@ -34,6 +35,10 @@ struct UsageError {
 };
 
 const char* usage();
+const char* op_name(Op op);
+
+// Whether the arguments ask for help (--help or -h anywhere: no option takes a value that starts with "-h").
+bool asks_for_help(const std::vector<std::string>& args);
 
 // Parses the arguments after "run"; throws UsageError.
 RunOptions parse_run_options(const std::vector<std::string>& args);

@@ -5,9 +5,9 @@ serving.
 autograd, torch.compile and CUDA-graph support; see ``flashgate.torch_ops``) or numpy arrays (the CPU
 backend; see ``flashgate.ops``). Importing flashgate works without torch.
 
-Errors raise ValueError (a bad shape, value or layout), TypeError (a dtype or device the op does not take),
-NotImplementedError (valid input a backend cannot run) or RuntimeError (a CUDA failure), with the C++
-message, which names the argument and the rule.
+Errors raise ValueError (a bad shape, value or layout), TypeError (a dtype or device the op does not take, or
+None for a required tensor), NotImplementedError (valid input a backend cannot run) or RuntimeError (a CUDA
+failure), with the C++ message, which names the argument and the rule.
 """
 
 from . import _C, ops
@@ -42,7 +42,8 @@ def parallel_attn(q, k, v, g=None, scale=None, window_size=None, cu_seqlens=None
     cu_seqlens: optional [N+1] int32/int64 offsets of packed sequences (then B == 1).
     sink_bias: optional [HQ] logits adding exp(sink) to each softmax denominator (GPT-OSS sinks).
     return_lse: also return lse [B,T,HQ] (natural log, float32; not differentiable).
-    deterministic: bitwise-reproducible gradients. backend: 'auto', 'cpu', 'cuda' or 'hopper'.
+    deterministic: bitwise-reproducible gradients. backend: 'auto', 'cpu', 'cuda', or 'hopper' (sm90a kernels,
+    when built: not in this version yet, so it raises NotImplementedError naming it as not built).
     Returns o [B,T,HQ,V] in q's dtype (and lse). Gradients flow to q, k, v, g and sink_bias (torch).
     """
     return _backend_of(q).parallel_attn(q, k, v, g, scale, window_size, cu_seqlens, sink_bias=sink_bias,

@@ -7,6 +7,7 @@ with outputs the caller allocates; every argument check happens in C++.
 """
 
 from . import _C
+from ._required import require_tensors
 
 # Numpy cannot export these through DLPack or the buffer protocol: they travel as raw bytes plus a name.
 _BYTE_VIEWS = {"bfloat16": "uint16", "float8_e4m3fn": "uint8"}
@@ -86,6 +87,7 @@ def parallel_attn(q, k, v, g=None, scale=None, window_size=None, cu_seqlens=None
     """Causal attention (SPEC 3). q [B,T,HQ,K], k [B,T,H,K], v [B,T,H,V]; returns o [B,T,HQ,V], and with
     ``return_lse`` also lse [B,T,HQ] (natural log, float32). ``deterministic`` matters for the backward only."""
     del deterministic
+    require_tensors("attention_forward", q=q, k=k, v=v)
     _require_numpy(q=q, k=k, v=v, g=g, cu_seqlens=cu_seqlens)
     g = _gate_for(g, q)
     sink = _as_companion(sink_bias, q)
@@ -102,6 +104,7 @@ def parallel_attn_backward(do, q, k, v, o, lse, g=None, scale=None, window_size=
     """Gradients of :func:`parallel_attn` (SPEC 4) given the output gradient ``do``, the forward's o and lse.
     Returns (dq, dk, dv, dg, dsink): dq/dk/dv in the input dtype, dg and dsink float32 (None when g / sink
     is None)."""
+    require_tensors("attention_backward", do=do, q=q, k=k, v=v, o=o, lse=lse)
     _require_numpy(do=do, q=q, k=k, v=v, o=o, lse=lse, g=g, cu_seqlens=cu_seqlens)
     g = _gate_for(g, q)
     sink = _as_companion(sink_bias, q)
@@ -130,6 +133,7 @@ def attn_decoding_one_step(q, k, v, g=None, scale=None, cu_seqlens=None, do_gate
     """One query per packed sequence (SPEC 5), FLA's decode signature: q [1,N,HQ,K], k [1,T,H,K],
     v [1,T,H,V], g [1,T,HQ], cu_seqlens [N+1]; returns o [1,N,HQ,V] (or the same without the leading 1 when
     q came without it)."""
+    require_tensors("decode", q=q, k=k, v=v)
     _require_numpy(q=q, k=k, v=v, g=g, cu_seqlens=cu_seqlens)
     batched = q.ndim == 4
     q3, k3, v3, g2 = _drop_batch(q, 3), _drop_batch(k, 3), _drop_batch(v, 3), _drop_batch(_gate_for(g, q), 2)
@@ -146,6 +150,8 @@ def paged_attention(q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, 
     int32, seq_lens_k [N] int32, cu_seqlens_q [N+1]. float8_e4m3fn caches take float32 scales, per tensor
     (a number or a one-element array) or per token [num_blocks,H,block_size]. ``max_seqlen_q``: optional bound
     on every sequence's query tokens (checked here). Writes into ``out`` when given. Returns o [total_q,HQ,V]."""
+    require_tensors("paged_attention", q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
+                    seq_lens_k=seq_lens_k, cu_seqlens_q=cu_seqlens_q)
     _require_numpy(q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens_k=seq_lens_k,
                    cu_seqlens_q=cu_seqlens_q, out=out)
     o = out if out is not None else _empty(tuple(q.shape[:-1]) + (v_cache.shape[-1],), q.dtype)

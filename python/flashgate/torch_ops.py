@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.utils.dlpack import to_dlpack
 
 from . import _C
+from ._required import require_tensors
 
 _FP8 = getattr(torch, "float8_e4m3fn", None)
 
@@ -141,6 +142,7 @@ def parallel_attn(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] = None, s
                   window_size: Optional[int] = None, cu_seqlens: Optional[Tensor] = None, *,
                   sink_bias: Optional[Tensor] = None, return_lse: bool = False, deterministic: bool = False,
                   backend: str = "auto"):
+    require_tensors("attention_forward", q=q, k=k, v=v)
     if sink_bias is not None and sink_bias.dtype != _companion_dtype(q.dtype):
         sink_bias = sink_bias.to(_companion_dtype(q.dtype))
     if g is not None and q.dtype == torch.float64 and g.dtype != torch.float64:
@@ -180,6 +182,7 @@ def attn_decoding_one_step(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] 
                            scale: Optional[float] = None, cu_seqlens: Optional[Tensor] = None,
                            do_gate_scale: bool = False, *, sink_bias: Optional[Tensor] = None,
                            window_size: Optional[int] = None, backend: str = "auto") -> Tensor:
+    require_tensors("decode", q=q, k=k, v=v)
     if sink_bias is not None and sink_bias.dtype != _companion_dtype(q.dtype):
         sink_bias = sink_bias.to(_companion_dtype(q.dtype))
     if g is not None and q.dtype == torch.float64 and g.dtype != torch.float64:
@@ -244,6 +247,8 @@ def paged_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Te
                     cu_seqlens_q: Tensor, *, scale: Optional[float] = None, window_size: Optional[int] = None,
                     sink_bias: Optional[Tensor] = None, k_scale=None, v_scale=None,
                     max_seqlen_q: Optional[int] = None, out: Optional[Tensor] = None, backend: str = "auto") -> Tensor:
+    require_tensors("paged_attention", q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
+                    seq_lens_k=seq_lens_k, cu_seqlens_q=cu_seqlens_q)
     if sink_bias is not None and sink_bias.dtype != _companion_dtype(q.dtype):
         sink_bias = sink_bias.to(_companion_dtype(q.dtype))
     args = (q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, sink_bias, _kv_scale(k_scale, q),

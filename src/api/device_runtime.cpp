@@ -11,27 +11,58 @@
 
 namespace flashgate::detail {
 
-void check_cuda(int status, const char* what) {
+namespace {
+
+// cudaError_t values that mean "no usable GPU here", spelled out so that a build without CUDA (whose messages
+// tests check) names them too.
+constexpr int kCudaSuccess = 0, kCudaErrorInsufficientDriver = 35, kCudaErrorNoDevice = 100;
 #ifdef FLASHGATE_WITH_CUDA
-  if (status != cudaSuccess)
-    throw Error(ErrorKind::runtime, "",
-                std::string("flashgate: CUDA error in ") + what + ": " +
-                    cudaGetErrorString(static_cast<cudaError_t>(status)));
+static_assert(kCudaSuccess == cudaSuccess && kCudaErrorInsufficientDriver == cudaErrorInsufficientDriver &&
+              kCudaErrorNoDevice == cudaErrorNoDevice);
+#endif
+
+// CUDA's name and description of `status` ("cudaErrorNoDevice: no CUDA-capable device is detected").
+std::string cuda_reason(int status) {
+#ifdef FLASHGATE_WITH_CUDA
+  const auto e = static_cast<cudaError_t>(status);
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 #else
-  if (status != 0) throw Error(ErrorKind::runtime, "", std::string("flashgate: CUDA error in ") + what);
+  switch (status) {
+    case kCudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    case kCudaErrorNoDevice: return "cudaErrorNoDevice";
+  }
+  return "CUDA status " + std::to_string(status);
 #endif
 }
 
-bool cuda_device_present() {
+bool means_no_device(int status) { return status == kCudaErrorNoDevice || status == kCudaErrorInsufficientDriver; }
+
+}  // namespace
+
+std::string cuda_error_message(int status, const char* what) {
+  const std::string reason = cuda_reason(status);
+  if (means_no_device(status))
+    return std::string("flashgate: CUDA error in ") + what + ": no CUDA device is available (" + reason + ")";
+  return std::string("flashgate: CUDA error in ") + what + ": " + reason;
+}
+
+void check_cuda(int status, const char* what) {
+  if (status != kCudaSuccess) throw Error(ErrorKind::runtime, "", cuda_error_message(status, what));
+}
+
+bool cuda_device_present() { return cuda_device_unavailable().empty(); }
+
+std::string cuda_device_unavailable() {
 #ifdef FLASHGATE_WITH_CUDA
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+  const cudaError_t status = cudaGetDeviceCount(&n);
+  if (status != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no device" status
-    return false;
+    return "no CUDA device is available (" + cuda_reason(status) + ")";
   }
-  return n > 0;
+  return n > 0 ? "" : "no CUDA device is available (the driver reports none)";
 #else
-  return false;
+  return "no CUDA device is available (this build has no CUDA)";
 #endif
 }
 

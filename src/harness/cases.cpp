@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <numeric>
 #include <sstream>
 
@@ -45,6 +46,17 @@ double seq_pairs(int64_t L, std::optional<int64_t> window) {
   for (int64_t i = 0; i < L; ++i) pairs += window ? static_cast<double>(std::min<int64_t>(i + 1, *window)) : i + 1.0;
   return pairs;
 }
+
+// Bytes of an OwnedTensor of `dtype` and `shape` with `row_pad` elements after every last-axis row.
+double tensor_bytes(DType dtype, std::initializer_list<double> shape, int64_t row_pad = 0) {
+  double n = 1;
+  size_t a = 0;
+  for (double d : shape) n *= ++a == shape.size() ? d + static_cast<double>(row_pad) : d;
+  return n * static_cast<double>(dtype_size(dtype));
+}
+
+// The dtype of the fp32 companions (lse, g, sink, scales): float64 in the fp64 reference mode.
+DType companion_of(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
 
 }  // namespace
 
@@ -91,6 +103,20 @@ double AttentionConfig::pairs() const {
     return p;
   }
   return batch * seq_pairs(seqlen, window);
+}
+
+double AttentionConfig::host_bytes() const {
+  const double B = static_cast<double>(this->B()), T = static_cast<double>(this->T()), HQ = static_cast<double>(heads),
+               H = static_cast<double>(kv_heads), K = static_cast<double>(head_dim), V = static_cast<double>(v_dim);
+  const DType f = companion_of(dtype);
+  // q, dq; k, dk; v, dv; dout, o (each pair the same shape); lse; g, dg; sink, dsink; cu_seqlens.
+  double bytes = 2 * (tensor_bytes(dtype, {B, T, HQ, K}, row_pad) + tensor_bytes(dtype, {B, T, H, K}, row_pad) +
+                      tensor_bytes(dtype, {B, T, H, V}, row_pad) + tensor_bytes(dtype, {B, T, HQ, V}, row_pad));
+  bytes += tensor_bytes(f, {B, T, HQ});
+  if (gate) bytes += 2 * tensor_bytes(f, {B, T, HQ});
+  if (sink) bytes += 2 * tensor_bytes(f, {HQ});
+  if (!packed.empty()) bytes += tensor_bytes(DType::i32, {static_cast<double>(packed.size()) + 1});
+  return bytes;
 }
 
 std::string AttentionConfig::describe() const {
@@ -189,6 +215,19 @@ BackwardArgs AttentionCase::backward_args() const {
 
 int64_t DecodeConfig::total() const { return std::accumulate(seqlens.begin(), seqlens.end(), int64_t{0}); }
 
+double DecodeConfig::host_bytes() const {
+  const double N = static_cast<double>(seqlens.size()), T = static_cast<double>(total()),
+               HQ = static_cast<double>(heads), H = static_cast<double>(kv_heads), K = static_cast<double>(head_dim),
+               V = static_cast<double>(v_dim);
+  const DType f = companion_of(dtype);
+  double bytes = tensor_bytes(dtype, {N, HQ, K}, row_pad ? row_pad : q_row_pad) +
+                 tensor_bytes(dtype, {T, H, K}, row_pad) + tensor_bytes(dtype, {T, H, V}, row_pad) +
+                 tensor_bytes(DType::i32, {N + 1}) + tensor_bytes(dtype, {N, HQ, V}, row_pad);
+  if (gate) bytes += tensor_bytes(f, {T, HQ});
+  if (sink) bytes += tensor_bytes(f, {HQ});
+  return bytes;
+}
+
 std::string DecodeConfig::describe() const {
   std::ostringstream s;
   s << "decode lens[" << join(seqlens) << "] HQ" << heads << " H" << kv_heads << " K" << head_dim << " V" << v_dim
@@ -258,6 +297,31 @@ DecodeArgs DecodeCase::args() const {
 // ---- paged ----------------------------------------------------------------------------------------------
 
 int64_t PagedConfig::total_q() const { return std::accumulate(query_lens.begin(), query_lens.end(), int64_t{0}); }
+
+double PagedConfig::host_bytes() const {
+  const double N = static_cast<double>(context_lens.size()), BS = static_cast<double>(block_size),
+               HQ = static_cast<double>(heads), H = static_cast<double>(kv_heads), K = static_cast<double>(head_dim),
+               V = static_cast<double>(v_dim), TQ = static_cast<double>(total_q());
+  double blocks = static_cast<double>(spare_blocks), max_blocks = 1;
+  for (int64_t L : context_lens) {
+    const double b = std::ceil(static_cast<double>(L) / BS);
+    blocks += b;
+    max_blocks = std::max(max_blocks, b);
+  }
+  const DType f = companion_of(dtype), cache = fp8 ? DType::e4m3 : dtype;
+  double bytes = tensor_bytes(DType::i32, {N, max_blocks}) + tensor_bytes(DType::i32, {N}) +
+                 tensor_bytes(DType::i32, {N + 1}) + tensor_bytes(dtype, {TQ, HQ, K}, q_row_pad) +
+                 tensor_bytes(dtype, {TQ, HQ, V}) + tensor_bytes(cache, {blocks, BS, H, K}) +
+                 tensor_bytes(cache, {blocks, BS, H, V});
+  if (sink) bytes += tensor_bytes(f, {HQ});
+  for (detail::ScaleMode m : {k_mode(), v_mode()})
+    if (m != detail::ScaleMode::none)
+      bytes += m == detail::ScaleMode::per_token ? tensor_bytes(f, {blocks, H, BS}) : tensor_bytes(f, {1});
+  // random() also holds the block table and ids as int64 vectors, and stages one cache in fp64 with its
+  // per-slot maxima.
+  bytes += 8 * (N * max_blocks + 2 * blocks) + tensor_bytes(DType::f64, {blocks, BS, H, std::max(K, V) + 1});
+  return bytes;
+}
 
 std::string PagedConfig::describe() const {
   std::ostringstream s;

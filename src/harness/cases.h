@@ -29,6 +29,9 @@ struct AttentionConfig {
   std::string describe() const;
   // Visible (i,j) pairs summed over sequences (for FLOP counts): 2*B*HQ*pairs*(K+V) forward.
   double pairs() const;
+  // Bytes of host memory that AttentionCase::random allocates, computed before allocating (in double: absurd
+  // sizes stay countable), so that the CLI can refuse a problem larger than the machine instead of aborting.
+  double host_bytes() const;
 };
 
 struct AttentionCase {
@@ -64,6 +67,7 @@ struct DecodeConfig {
 
   std::string describe() const;
   int64_t total() const;
+  double host_bytes() const;  // of DecodeCase::random, as AttentionConfig::host_bytes
 };
 
 struct DecodeCase {
@@ -100,6 +104,8 @@ struct PagedConfig {
 
   std::string describe() const;
   int64_t total_q() const;
+  // Peak bytes of host memory in PagedCase::random: its tensors and the fp64 staging of one cache.
+  double host_bytes() const;
   detail::ScaleMode k_mode() const { return fp8 ? scale_mode : detail::ScaleMode::none; }
   detail::ScaleMode v_mode() const { return fp8 ? v_scale_mode.value_or(scale_mode) : detail::ScaleMode::none; }
 };

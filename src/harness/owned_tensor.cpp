@@ -32,7 +32,8 @@ Buffer::Buffer(Device device, size_t bytes) : bytes_(bytes), device_(device) {
   }
 #ifdef FLASHGATE_WITH_CUDA
   void* p = nullptr;
-  detail::check_cuda(cudaMalloc(&p, n), "cudaMalloc");
+  // The size in the message: a problem too large for the GPU says what it asked for.
+  detail::check_cuda(cudaMalloc(&p, n), ("cudaMalloc of " + std::to_string(n) + " bytes").c_str());
   ptr_ = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
 #else
   throw Error(ErrorKind::unsupported, "device", "flashgate: this build has no CUDA");

@@ -49,6 +49,16 @@ class Edge : public testing::Test {
   std::optional<testing::ScopedTrace> trace_;
 };
 
+// Every stride of every empty tensor argument set to 0, as numpy exports them.
+template <class S>
+void zero_empty_strides(S& s) {
+  for (const std::string& name : s.field_names()) {
+    const Tensor& t = s.field(name);
+    if (!t.defined() || t.numel() != 0) continue;
+    for (int a = 0; a < t.rank; ++a) s.zero_stride(name, a);
+  }
+}
+
 AttentionConfig small_attention() {
   AttentionConfig cfg = dense_config();
   cfg.batch = 1, cfg.seqlen = 3;
@@ -61,6 +71,15 @@ TEST_F(Edge, AttentionEmptyTime) {
   AttentionConfig cfg = dense_config();
   cfg.seqlen = 0;
   forward_and_backward(cfg);
+}
+
+// Empty tensors come with arbitrary strides (numpy and DLPack give 0 on every axis): with no elements there is
+// no layout to check, so neither the contiguous-last-axis rule nor any other stride rule applies.
+TEST_F(Edge, AttentionEmptyTimeAnyStrides) {
+  AttentionConfig cfg = dense_config();
+  cfg.seqlen = 0;
+  cfg.gate = true;
+  forward_and_backward(cfg, [](auto& s) { zero_empty_strides(s); });
 }
 
 TEST_F(Edge, AttentionEmptyBatch) {
@@ -192,6 +211,14 @@ TEST_F(Edge, DecodeNoSequences) {
   expect_valid(s);
 }
 
+TEST_F(Edge, DecodeNoSequencesAnyStrides) {
+  DecodeConfig cfg = decode_config();
+  cfg.seqlens = {};
+  Subject<DecodeArgs> s = decode_of(cfg, seed());
+  zero_empty_strides(s);
+  expect_valid(s);
+}
+
 TEST_F(Edge, DecodeEmptySequences) {
   DecodeConfig cfg = decode_config();
   cfg.seqlens = {0, 0, 0};
@@ -242,6 +269,14 @@ TEST_F(Edge, PagedBlockSizes) {
     Subject<PagedArgs> s = paged_of(cfg, seed());
     expect_valid(s);
   }
+}
+
+TEST_F(Edge, PagedNoQueriesAnyStrides) {
+  PagedConfig cfg = paged_config();
+  cfg.context_lens = {0, 5}, cfg.query_lens = {0, 0};
+  Subject<PagedArgs> s = paged_of(cfg, seed());
+  zero_empty_strides(s);
+  expect_valid(s);
 }
 
 TEST_F(Edge, PagedMlaHeadDims) {

@@ -21,7 +21,7 @@ int slices(int64_t ctas, int64_t slots, int64_t keys) {
   return choose_key_slices(q);
 }
 
-// Decode / paged rows of docs/BENCHMARKS.md: GQA 32/8 D128, so one row block per sequence and kv head.
+// Decode / paged rows of the benchmark rows (bench/rows.txt): GQA 32/8 D128, so one row block per sequence and kv head.
 TEST(ServingSplits, BenchmarkShapes) {
   // 16-bit caches: one wave of long slices where a pass leaves SMs idle, one pass where it fills them.
   EXPECT_EQ(slices(8 * 8, kBf16Slots, 32768), 4);    // B8 ctx 32768: 256 CTAs, one wave
@@ -29,7 +29,7 @@ TEST(ServingSplits, BenchmarkShapes) {
   EXPECT_EQ(slices(3 * 8, kBf16Slots, 32768), 11);   // verify 3 x 4 tokens: 3 row blocks per kv head
   EXPECT_EQ(slices(64 * 8, kBf16Slots, 4096), 1);    // B64 ctx 4096: 512 CTAs, two whole waves
   EXPECT_EQ(slices(128 * 8, kBf16Slots, 1024), 1);   // B128 ctx 1024
-  // fp8 D128 (4 CTAs per SM): one wave rather than two "fuller" ones. Measured on the H200 (session 7): one
+  // fp8 D128 (4 CTAs per SM): one wave rather than two "fuller" ones. Measured on the H200: one
   // 128K sequence 66 slices 0.098 ms against 49 0.104 and 33 0.142; B8 ctx 32768 8 slices 0.164 ms against
   // 6 or 12 0.194; B64 ctx 4096 is one pass (512 CTAs on 528 slots).
   EXPECT_EQ(slices(1 * 8, kFp8Slots, 131072), 66);
@@ -37,7 +37,7 @@ TEST(ServingSplits, BenchmarkShapes) {
   EXPECT_EQ(slices(8 * 8, kFp8Slots, 32768), 8);
   EXPECT_EQ(slices(64 * 8, kFp8Slots, 4096), 1);
   EXPECT_EQ(slices(128 * 8, kFp8Slots, 1024), 1);
-  // Per-tensor fp8 D128 fills three of the four CTAs per SM (session 21: 392 CTAs for one 128K sequence took
+  // Per-tensor fp8 D128 fills three of the four CTAs per SM (392 CTAs for one 128K sequence took
   // 0.0859 ms against 0.0898 for 528; verify 32K 0.0725 against 0.0746, B8 ctx 32768 0.144 against 0.146).
   const int64_t per_tensor = split_model_slots(132, 4, 3);
   EXPECT_EQ(per_tensor, 132 * 3);
@@ -49,7 +49,7 @@ TEST(ServingSplits, BenchmarkShapes) {
   EXPECT_EQ(slices(8 * 8, per_tensor, 32768), 6);
   EXPECT_EQ(slices(3 * 8, per_tensor, 131072), 16);
   EXPECT_EQ(slices(64 * 8, per_tensor, 4096), 1);
-  // 16-bit D128 decode (the 8-row tile) fills one of its two CTAs per SM (session 22: one 128K sequence 0.1391 ms
+  // 16-bit D128 decode (the 8-row tile) fills one of its two CTAs per SM (one 128K sequence 0.1391 ms
   // at 16 slices against 0.1428 at 33; B8 ctx 32768 0.2548 at 2 against 0.2562 at 4).
   const int64_t one = split_model_slots(132, 2, 1);
   EXPECT_EQ(one, 132);
@@ -88,7 +88,7 @@ TEST(ServingSplits, ChoiceIsTheCheapestAllowedCount) {
       }
 }
 
-// One-pass rows of docs/BENCHMARKS.md (8 kv heads, one row block per sequence).
+// One-pass rows of the benchmark rows (bench/rows.txt) (8 kv heads, one row block per sequence).
 TEST(ServingHeadsPerCta, BenchmarkShapes) {
   EXPECT_EQ(choose_heads_per_cta(128, 8, kBf16Slots), 4);  // B128 ctx 1024: 1024 CTAs -> 256
   EXPECT_EQ(choose_heads_per_cta(64, 8, kBf16Slots), 2);   // B64 ctx 4096: 512 -> 256

@@ -518,3 +518,83 @@ def test_numpy_wrappers_refuse_other_types(rng):
     q = randn(rng, (1, 4, 1, 8), np.float32)
     with pytest.raises(TypeError, match=r"flashgate.ops: k: expected a numpy array, got list"):
         flashgate.ops.parallel_attn(q, q.tolist(), q)
+
+
+# ---- required tensors and empty problems -----------------------------------------------------------------
+
+def _required_calls(rng):
+    """(call, its required tensor arguments by name) for every op, on small valid numpy inputs."""
+    c = _forward_args(rng)
+    o, lse = flashgate.parallel_attn(c["q"], c["k"], c["v"], return_lse=True)
+    decode = {"q": randn(rng, (1, 2, 4, 8), np.float32), "k": randn(rng, (1, 10, 2, 8), np.float32),
+              "v": randn(rng, (1, 10, 2, 8), np.float32)}
+    paged = paged_case(rng, np.float32, np.float32, 16, [1, 2], [20, 30])
+    return [
+        (lambda a: flashgate.parallel_attn(a["q"], a["k"], a["v"]), c),
+        (lambda a: flashgate.ops.parallel_attn_backward(a["do"], a["q"], a["k"], a["v"], a["o"], a["lse"]),
+         {"do": o, **c, "o": o, "lse": lse}),
+        (lambda a: flashgate.attn_decoding_one_step(a["q"], a["k"], a["v"], cu_seqlens=np.array([0, 4, 10], np.int32)),
+         decode),
+        (lambda a: flashgate.paged_attention(**a), paged),
+    ]
+
+
+def test_missing_required_tensor_is_a_type_error_naming_it(rng):
+    # None where a tensor is required used to fail inside the wrapper with AttributeError ('NoneType' has no
+    # attribute 'shape'); it is a TypeError naming the argument, whichever argument it is.
+    for call, args in _required_calls(rng):
+        call(args)  # valid as given
+        for name in args:
+            with pytest.raises(TypeError, match=rf": {name}: is required, got None"):
+                call({**args, name: None})
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_empty_time_gives_empty_outputs(rng, dtype):
+    # numpy exports empty arrays with strides 0 on every axis: with no elements there is no layout to refuse.
+    dt = DTYPES[dtype]
+    B, HQ, H, K, V = 2, 4, 2, 8, 6
+    q, k, v = np.zeros((B, 0, HQ, K), dt), np.zeros((B, 0, H, K), dt), np.zeros((B, 0, H, V), dt)
+    g, sink = np.zeros((B, 0, HQ), np.float32), randn(rng, (HQ,), np.float32)
+    o, lse = flashgate.parallel_attn(q, k, v, g, sink_bias=sink, return_lse=True)
+    assert o.shape == (B, 0, HQ, V) and o.dtype == dt and lse.shape == (B, 0, HQ)
+    dq, dk, dv, dg, dsink = flashgate.ops.parallel_attn_backward(o, q, k, v, o, lse, g, sink_bias=sink)
+    assert (dq.shape, dk.shape, dv.shape, dg.shape) == (q.shape, k.shape, v.shape, g.shape)
+    np.testing.assert_array_equal(dsink, np.zeros(HQ, np.float32))  # no query: no sink gradient
+
+
+def test_empty_packed_batch_and_zero_queries(rng):
+    q = np.zeros((1, 0, 4, 8), np.float32)
+    o = flashgate.parallel_attn(q, np.zeros((1, 0, 2, 8), np.float32), np.zeros((1, 0, 2, 8), np.float32),
+                                cu_seqlens=np.array([0, 0, 0], np.int32))
+    assert o.shape == (1, 0, 4, 8)
+    o = flashgate.attn_decoding_one_step(np.zeros((1, 0, 4, 8), np.float32), np.zeros((1, 0, 2, 8), np.float32),
+                                         np.zeros((1, 0, 2, 8), np.float32), cu_seqlens=np.array([0], np.int32))
+    assert o.shape == (1, 0, 4, 8)
+    c = paged_case(rng, np.float32, np.float32, 16, [0, 0], [20, 0])
+    assert c["q"].shape == (0, 8, 32)
+    assert flashgate.paged_attention(**c).shape == (0, 8, 24)
+
+
+def test_every_wrapper_checks_its_required_tensors_first():
+    # The torch wrappers cannot run here (no torch): check by their source that every public wrapper, numpy and
+    # torch, begins with require_tensors over exactly its parameters without a default.
+    import ast
+    import inspect
+    import pathlib
+
+    package = pathlib.Path(inspect.getfile(flashgate)).parent
+    for module in ("ops.py", "torch_ops.py"):
+        tree = ast.parse((package / module).read_text())
+        wrappers = [f for f in tree.body if isinstance(f, ast.FunctionDef) and not f.name.startswith("_")]
+        assert len(wrappers) >= 3, module
+        for f in wrappers:
+            params = [a.arg for a in f.args.args]
+            required = params[:len(params) - len(f.args.defaults)]
+            calls = [n for n in ast.walk(f)
+                     if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "require_tensors"]
+            assert calls, f"{module}: {f.name} does not call require_tensors"
+            assert [kw.arg for kw in calls[0].keywords] == required, f"{module}: {f.name}"
+            body = [s for s in f.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+                    and not isinstance(s, ast.Delete)]
+            assert body[0].value is calls[0], f"{module}: {f.name} reads its arguments before checking them"

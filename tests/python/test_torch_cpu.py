@@ -223,3 +223,19 @@ def test_errors_arrive_as_python_exceptions(gen):
         flashgate.parallel_attn(q, k, k, backend="cuda")
     with pytest.raises(ValueError, match=r"window: must be >= 0"):
         flashgate.parallel_attn(q, k, k, window_size=-3)
+
+
+def test_missing_required_tensor_is_a_type_error_naming_it(gen):
+    q, k = randn(gen, (1, 8, 4, 16)), randn(gen, (1, 8, 2, 16))
+    with pytest.raises(TypeError, match=r"attention_forward: k: is required, got None"):
+        flashgate.parallel_attn(q, None, k)
+    with pytest.raises(TypeError, match=r"decode: v: is required, got None"):
+        flashgate.attn_decoding_one_step(q[:, :1], k, None, cu_seqlens=torch.tensor([0, 8], dtype=torch.int32))
+
+
+def test_empty_time_gives_empty_outputs(gen):
+    q, k = torch.zeros(2, 0, 4, 16, requires_grad=True), torch.zeros(2, 0, 2, 16, requires_grad=True)
+    o, lse = flashgate.parallel_attn(q, k, k, return_lse=True)
+    assert o.shape == (2, 0, 4, 16) and lse.shape == (2, 0, 4)
+    o.sum().backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape

@@ -1,0 +1,26 @@
+# One CLI test: runs the built `flashgate` with the arguments after `--` and checks its exit code and output
+# (stdout and stderr together), since CTest's own PASS_REGULAR_EXPRESSION ignores the exit code.
+#   cmake -DEXPECT_RC=3 "-DEXPECT_REGEX=..." -P expect.cmake -- /path/to/flashgate run --backend hopper
+set(command "")
+set(after_dashes FALSE)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE ${last})
+  if(after_dashes)
+    list(APPEND command "${CMAKE_ARGV${i}}")
+  elseif(CMAKE_ARGV${i} STREQUAL "--")
+    set(after_dashes TRUE)
+  endif()
+endforeach()
+if(NOT command)
+  message(FATAL_ERROR "expect.cmake: no command after --")
+endif()
+
+execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+set(output "${out}${err}")
+message("${output}")
+if(NOT rc STREQUAL "${EXPECT_RC}")
+  message(FATAL_ERROR "expected exit code ${EXPECT_RC}, got '${rc}'")
+endif()
+if(NOT output MATCHES "${EXPECT_REGEX}")
+  message(FATAL_ERROR "output does not match '${EXPECT_REGEX}'")
+endif()
