@@ -87,7 +87,7 @@ TEST(PagedLayout, StageChunksAndFragmentLoads) {
 // Per-token scales: over the warps and lanes of a stage's loader, the lanes that copy (PagedTile::copies_scale)
 // write each of the stage's 2 * KS scale slots exactly once (the K slots from lanes below kLoadRows, the V ones from
 // the lanes above). Wide value tiles load fewer rows a warp than half a warp; their idle lanes had copied the slots
-// of the lanes below them again (racecheck, session 25).
+// of the lanes below them again (racecheck).
 template <class Tile>
 void check_scale_slots(const char* name) {
   SCOPED_TRACE(name);

@@ -48,7 +48,7 @@ struct BackwardParams {
 // floats, where lane 4g + c of an m16n8 fragment (rows g, g+8; columns 2c, 2c+1) keeps its four values at
 // 4 (4g + c) .. +3. So a warp adds a whole block with one 16-byte reduction per lane, 512 consecutive bytes
 // (plain rows put the block on eight cache lines: the dK/dV kernel ran 7-15% slower at D128-D256 on the H200,
-// session 8). Rows of a group past the sequence's end are padding nobody reads.
+// measured on the H200). Rows of a group past the sequence's end are padding nobody reads.
 FG_HOST_DEVICE int64_t dq_acc_rows_per_head(const AttentionParams& a) {
   const int64_t rows = a.packed ? a.T + 16 * a.num_seqs : a.T;  // a group may start 15 rows after a sequence
   return (rows + 15) / 16 * 16;

@@ -10,7 +10,7 @@ namespace flashgate::cuda {
 inline constexpr int kMaxKeySlices = 128;           // bounds the partials' workspace and the merge's reads
 inline constexpr int64_t kMinKeysPerSlice = 512;
 // A CTA's start and drain (launch, the first stages' latency, the epilogue) in stages of keys: ~9 us against
-// ~31 us for 1024 keys in the H200 fit of version 4 (docs/perf-notes.md), about 4 stages of 64 keys.
+// ~31 us for 1024 keys in a fit of measured H200 times (docs/perf-notes.md), about 4 stages of 64 keys.
 inline constexpr int kStartStages = 4;
 
 struct SliceProblem {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/common/serving_params.h"
+#include "cuda/common/visibility.h"
 
 namespace flashgate::cuda {
 
@@ -126,9 +127,9 @@ __device__ __forceinline__ RowInfo row_info(const ServingParams& p, const RowBlo
   ri.valid = true;
   ri.q_row = rb.seq.q_start + rb.tok0 + t;
   ri.head = kv_head * p.G + h;
-  const int64_t pos = rb.seq.k_len - rb.seq.q_len + rb.tok0 + t;  // negative only for Lq > Lk (bad input)
+  const int64_t pos = query_position(rb.seq.k_len, rb.seq.q_len, rb.tok0 + t);  // < 0 only for Lq > Lk (bad input)
   ri.pos = static_cast<int>(clamp64(pos, -1, rb.seq.k_len - 1));
-  ri.lo = p.window < 0 ? 0 : static_cast<int>(clamp64(pos - p.window + 1, 0, ri.pos + 1));
+  ri.lo = static_cast<int>(clamp64(window_start(pos, p.window), 0, ri.pos + 1));
   return ri;
 }
 
@@ -139,10 +140,10 @@ struct KeyRange {
 
 __device__ __forceinline__ KeyRange block_key_range(const ServingParams& p, const RowBlock& rb) {
   KeyRange kr;
-  const int64_t first_pos = rb.seq.k_len - rb.seq.q_len + rb.tok0;
+  const int64_t first_pos = query_position(rb.seq.k_len, rb.seq.q_len, rb.tok0);
   const int64_t last_pos = first_pos + rb.ntok - 1;
   kr.end = static_cast<int>(clamp64(last_pos + 1, 0, rb.seq.k_len));
-  kr.begin = p.window < 0 ? 0 : static_cast<int>(clamp64(first_pos - p.window + 1, 0, kr.end));
+  kr.begin = static_cast<int>(clamp64(window_start(first_pos, p.window), 0, kr.end));
   if (kr.begin > kr.end) kr.begin = kr.end;
   return kr;
 }

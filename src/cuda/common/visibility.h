@@ -1,7 +1,10 @@
 // The visibility rule of SPEC §3 (causal + sliding window + sequence bounds) in one place, with the key
 // ranges and "does this tile need masking" questions that tiled kernels derive from it.
-// Positions are local to one sequence (0 .. len-1); window < 0 means none (see AttentionParams::window).
+// Positions are local to one sequence (0 .. len-1); window < 0 means none (see AttentionParams::window). The
+// serving kernels take the same rule with their queries' positions (query_position).
 #pragma once
+
+#include <cstdint>
 
 #include "cuda/common/host_device.h"
 
@@ -19,6 +22,14 @@ FG_HOST_DEVICE bool visible(int i, int j, int len, int window) {
 FG_HOST_DEVICE unsigned distance_bound(int window) { return window < 0 ? 0x80000000u : static_cast<unsigned>(window); }
 FG_HOST_DEVICE bool visible_at_distance(int d, unsigned bound) { return static_cast<unsigned>(d) < bound; }
 
+// The first key a query at position `pos` sees through a window (window < 0: none, key 0); callers clamp it
+// to the sequence. The one form of "i - j < window" that key ranges are built from.
+FG_HOST_DEVICE int64_t window_start(int64_t pos, int64_t window) { return window < 0 ? 0 : pos - window + 1; }
+
+// Serving queries (paged attention, decode, speculative verify; SPEC §6): query t of a sequence with q_len
+// query tokens over k_len keys (this step's included) sits at key position k_len - q_len + t.
+FG_HOST_DEVICE int64_t query_position(int64_t k_len, int64_t q_len, int64_t t) { return k_len - q_len + t; }
+
 // Keys [begin, end) that any query of rows [row_begin, row_end) may see (empty: begin >= end).
 struct KeySpan {
   int begin = 0, end = 0;
@@ -30,7 +41,7 @@ FG_HOST_DEVICE KeySpan keys_seen_by_rows(int row_begin, int row_end, int len, in
   if (window == 0) return s;  // window 0 hides every key
   const int last_row = (row_end < len ? row_end : len) - 1;
   s.end = last_row + 1;
-  s.begin = window < 0 ? 0 : row_begin - window + 1;
+  s.begin = static_cast<int>(window_start(row_begin, window));
   if (s.begin < 0) s.begin = 0;
   return s;
 }

@@ -30,7 +30,7 @@
 // dS = P (dP - D) uses D = o·do from the stored output (FlashAttention's way), except for K <= 16
 // (BackwardParams::exact_D): there dq and dk are sums that cancel (one to a few columns), and the rounding of
 // the stored o (not averaged over many value dims at small V) moved them past SPEC §7's 0.005 for 8.5% of
-// seeds at K1 V1 bf16 (session 8, 200 runs; a model with exact D stays under 0.0026). Those take D = sum_j P
+// seeds at K1 V1 bf16 (200 runs; a model with exact D stays under 0.0026). Those take D = sum_j P
 // dP, the same fp32 expectation as E, from a query-major pre-pass (the dq kernel with d_only). The sink
 // gradient uses the fp32 expectation E_i = sum_j P dP accumulated while P and dP are recomputed, never
 // round(o)·do (SPEC §4).
@@ -41,7 +41,7 @@
 // mismatch between the forward's lse and the recomputed P, ~1e-4 per row with long gated sequences). What
 // stays is D - E itself (o's rounding, in every row's sum over its earlier keys): ~0.0027 relative RMS of dg in
 // bf16, past SPEC §7 on small problems; exact D removes it at 27-30% of the gated backward (docs/perf-notes.md,
-// "Session 25: the gated backward's dg").
+// the backward's gate gradient).
 //
 // Head dims: one instantiation per (dtype, bucket) with bucket = 64/128/256/512 >= max(K, V) rounded up to
 // 16; smaller dims run masked inside the bucket (zero-filled columns, skipped MMA steps). The dK/dV kernel

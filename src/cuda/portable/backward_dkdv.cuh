@@ -49,9 +49,8 @@ __device__ __forceinline__ void col_terms_of(float (&col)[NT][2], const float* c
 
 // The dK/dV kernel's ldmatrix addresses (the one place for this rule): 32-bit shared addresses formed once
 // per CTA (the stage adds its offset) save the per-step address arithmetic, but keep six registers live
-// across the loop; generic pointers re-formed from the stage's tiles each step (the addressing before
-// round 7) leave ptxas free to rematerialise them. Per-CTA addresses only without the row sums: with them
-// sm_90a D256 kFull spilled 28 B (-Xptxas -v, round 8; spill-free re-formed).
+// across the loop; generic pointers re-formed from the stage's tiles each step leave ptxas free to rematerialise them. Per-CTA addresses only without the row sums: with them
+// sm_90a D256 kFull spilled 28 B (-Xptxas -v; spill-free re-formed).
 template <bool kRowSums>
 __device__ constexpr bool cta_ldsm_addresses() {
   return !kRowSums;

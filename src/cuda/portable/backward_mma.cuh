@@ -98,7 +98,7 @@ __device__ __forceinline__ void zero(float (&x)[M][N][4]) {
 // k-step it fetches the MT A fragments once and each B pair once, then issues MT * 2 independent MMAs per B
 // pair, so consecutive MMAs never wait on each other and every fetched fragment feeds several MMAs. Loops
 // over k unrolled by two advance one register per operand every two k-steps; the rest are immediates. (A
-// whole unroll with first-step writes instead of zeroing spills even at D128 without row sums: round 7.)
+// whole unroll with first-step writes instead of zeroing spills even at D128 without row sums.)
 
 // acc (MT*16 x NT*8) = A * B^T over k_steps * 16 columns: A row-major [m][k] at `a` (ldsm_a), B row-major
 // [n][k] at `b` (ldsm_b) (S = Q K^T, dP = dO V^T). kSteps > 0: k_steps is that compile-time count, unrolled

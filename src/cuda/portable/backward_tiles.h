@@ -33,7 +33,7 @@ template <>
 struct TileConfig<64> {
   static constexpr int kBc = 128, kBr = 128, kSliceKV = 64, kScoreWarpRows = 4, kKvWarpRows = 4, kDqWarpRows = 4,
                        kDqChunk = 32;
-  // sm_8x: one n8 column of S per pass (the sum variant spilled 4 / 12 B with two, -Xptxas -v, round 9).
+  // sm_8x: one n8 column of S per pass (the sum variant spilled 4 / 12 B with two, -Xptxas -v).
   static constexpr int kScorePasses = kSm8xDevicePass ? 8 : 4, kScorePassesRowSums = kScorePasses;
   static constexpr int kQueryRows = 64, kKeyCols = 64, kSliceQ = 64, kMinBlocksDq = 2;
   static constexpr bool kPeelScorePasses = true;

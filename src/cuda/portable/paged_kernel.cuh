@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   const int heads_per_cta = Tile::kHeadsInTurn ? p.heads_per_cta : 1;
   // The grid is (row blocks, head groups, splits), but a CTA takes its (row block, head group) from its place in
   // the grid's linear (dispatch) order, head group fastest: the CTAs that read the other kv heads of the same
-  // pages then run at the same time, also across waves (fp8 +0.5-1%, docs/perf-notes.md "Session 9"). 32-bit
+  // pages then run at the same time, also across waves (fp8 +0.5-1%, docs/perf-notes.md). 32-bit
   // index: serving.cpp refuses row blocks x kv heads >= 2^32.
   const uint32_t cta = blockIdx.y * gridDim.x + blockIdx.x;
   const uint32_t row_block = cta / gridDim.y;
@@ -169,8 +169,8 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
   // Block-table entries of the warp's rows: lane a holds the entry of the page of the warp's first row in
   // tile 32 * group + a (one register covers 32 stages), and the next group's entries load while this
   // group's stages go out. Entries looked up a stage or two ahead and shifted through registers made each
-  // stage wait for the previous stage's lookup, a loaded round trip behind the stream (docs/perf-notes.md,
-  // "Session 11"). Every head of the CTA reads the same keys, so the same entries.
+  // stage wait for the previous stage's lookup, a loaded round trip behind the stream (docs/perf-notes.md).
+  // Every head of the CTA reads the same keys, so the same entries.
   const int32_t* table_row = table_row_of(p, rb.seq);
   auto fetch_group = [&](int group) {
     const int tile = group * 32 + lane;
@@ -444,7 +444,7 @@ __global__ void __launch_bounds__(Tile::kThreads, Tile::kLaunchMinBlocks)
         // S^T = K Q^T over this warp's 16 keys: s[i] is key g + 8 * (i >> 1), row 2c + (i & 1). The key
         // fragments are the 16-row layout's two n-tiles (B) as one A; Q^T's B fragment is that layout's a0, a2.
         // Two accumulator chains (even and odd key rounds), as the 16-row layout has in its two n-tiles, rather
-        // than one of 8 dependent mmas (docs/perf-notes.md, session 19: not measured alone).
+        // than one of 8 dependent mmas (docs/perf-notes.md: not measured alone).
         float s[4] = {0.f, 0.f, 0.f, 0.f}, s_odd[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int round = 0; round < Tile::kKeyRounds; ++round) {

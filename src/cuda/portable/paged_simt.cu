@@ -7,8 +7,8 @@
 
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/online_softmax.h"
-#include "cuda/portable/paged_launch.h"
 #include "cuda/common/serving_work.cuh"
+#include "cuda/portable/paged_launch.h"
 
 namespace flashgate::cuda {
 namespace {
@@ -85,9 +85,9 @@ __global__ void __launch_bounds__(kThreads, 8) paged_simt_kernel(const ServingPa
   const int head = static_cast<int>(static_cast<int64_t>(blockIdx.x) % p.HQ), kv_head = head / p.G;
   SequenceKeys s;
   if (!sequence_of_row(p, q_row, s)) return;
-  const int64_t pos64 = s.k_len - s.q_len + (q_row - s.q_start);
+  const int64_t pos64 = query_position(s.k_len, s.q_len, q_row - s.q_start);
   const int pos = static_cast<int>(clamp64(pos64, -1, s.k_len - 1));
-  const int lo = p.window < 0 ? 0 : static_cast<int>(clamp64(pos64 - p.window + 1, 0, pos + 1));
+  const int lo = static_cast<int>(clamp64(window_start(pos64, p.window), 0, pos + 1));
 
   for (int d = tid; d < p.K; d += kThreads)
     q[d] = load_element(p.q, q_row * p.q_row_stride + head * p.q_head_stride + d, p.qo_dtype);

@@ -19,7 +19,7 @@ struct PagedTile {
   static constexpr int kThreads = 128, kWarps = 4, kRows = ROWS;
   // Keys as M (8 rows): S^T = K Q^T and O^T = V^T P^T, the rows in the mma's n8, so a block of at most 8 rows
   // (decode at GQA <= 8) pays half the MMAs and softmax values of the 16-row layout, and a lane keeps half the
-  // accumulators and uses half of each query fragment (docs/perf-notes.md, session 19). The 16-row layout:
+  // accumulators and uses half of each query fragment (docs/perf-notes.md). The 16-row layout:
   // S = Q K^T, O = P V.
   static constexpr bool kKeysAsM = ROWS == 8;
   static constexpr int KP = KP_, VP = VP_;
@@ -41,7 +41,7 @@ struct PagedTile {
   static constexpr int kValueTiles = VW / 8;
   // Accumulator tiles per warp: 16 rows x 8 value dims each, or with keys as M 16 value dims x 8 rows.
   static constexpr int kAccTiles = kKeysAsM ? kValueTiles / 2 : kValueTiles;
-  // fp8 D128 runs 4 CTAs per SM (16 warps): its loop is latency-bound at 3 (docs/perf-notes.md, session 6),
+  // fp8 D128 runs 4 CTAs per SM (16 warps): its loop is latency-bound at 3 (docs/perf-notes.md),
   // so it reads the query fragments from shared memory every stage (8 loads) to fit 128 registers.
   static constexpr bool kFourCtas = Traits::kFp8 && KP == 128 && VP == 128;
   static constexpr bool kQInRegisters = KP <= 128 && !kFourCtas;
@@ -52,7 +52,7 @@ struct PagedTile {
   static constexpr int kRowInfoBytes = 16 * 32;      // SharedRows: 16 rows whatever the tile's count
   static constexpr int kMergeFactsBytes = 2 * WK * kRows * 4 + 2 * kRows * 4;  // row maxima, sums, scales, lse
   // The ring starts on 128 bytes: a stage's rows then fill whole 128-byte lines of shared memory (an 8-row tile's
-  // merge facts left it 64 bytes off, and its fp8 rows ran 12% slower at 3.6 TB/s: session 19, run 3).
+  // merge facts left it 64 bytes off, and its fp8 rows ran 12% slower at 3.6 TB/s).
   static constexpr int kFixedBytes = (kRowInfoBytes + kMergeFactsBytes + kQBytes + 127) / 128 * 128;
   // The final cross-warp merge: each warp's partial o ([16][VP] fp32, one part) goes into a ring slot that
   // its kv head has consumed last (kMergeSlots slots), so that the CTA's next kv head can already have its
@@ -65,7 +65,7 @@ struct PagedTile {
   static constexpr int kReduceBytes = kMergeInSlots ? 0 : WK * kPartBytes;
   // Several kv heads per CTA (ServingParams::heads_per_cta): 16-bit caches only; the fp8 kernels sit at their
   // register bounds (kMinBlocksPerSM) and spilled with the head loop's state (per-tensor fp8 D128 too, without
-  // the per-token code: 128 B, session 17; the 8-row tile 36 / 104 B, per token 12-14% slower, session 20).
+  // the per-token code: 128 B; the 8-row tile 36 / 104 B, per token 12-14% slower).
   static constexpr bool kHeadsInTurn = !Traits::kFp8;
   // Query fragments by cp.async (16-bit caches with K <= 128, the query held in registers): a pure permuted
   // copy, issued ahead with the stages, so a head's start does not wait on a query round trip queued behind
@@ -82,7 +82,7 @@ struct PagedTile {
   // Swizzles that keep the 16-byte fragment loads free of bank conflicts (see key_chunk / value_chunk).
   static constexpr bool kSwizzleKeys = kKeyRowBytes % 128 == 0;
   // Register budget: 4 CTAs per SM (128 registers) for fp8 D128 (2 stages on the H200, kShallowRing; on sm_90a
-  // its 16-row tile spills 4 B per tensor and 12 B per token, a reload or a few per stage: session 23's per-token
+  // its 16-row tile spills 4 B per tensor and 12 B per token, a reload or a few per stage: the per-token
   // scale copies cost the 8 B more and still made its verify rows 1-4% faster); 3 (<= 170 registers) where an
   // H200's shared memory holds 3 (fp8 up to D256, D64); elsewhere it holds 2, and up to 255 registers avoid
   // spills. The planner picks the stages that keep this count.
@@ -92,18 +92,18 @@ struct PagedTile {
   static constexpr int kLaunchMinBlocks = kFourCtas && kSm8xDevicePass ? 3 : kMinBlocksPerSM;
   // fp8 caches come only through paged_attention (decode's K/V have q's dtype), so its kernels need no test for the
   // decode gate; dropping it shortened the per-token D128 loop on sm_90a by ~160 instructions, but on sm_8x the
-  // same code spilled 16 B at its 170-register bound, so there the test stays (session 17).
+  // same code spilled 16 B at its 170-register bound, so there the test stays.
   static constexpr bool kSkipGate = Traits::kFp8 && !kSm8xDevicePass;
-  // fp8 D128 streams faster with 2 stages than 3 at its 4 CTAs per SM (H200, session 16: per token 2-5%, per
+  // fp8 D128 streams faster with 2 stages than 3 at its 4 CTAs per SM (H200: per token 2-5%, per
   // tensor 0-2%), so the planner takes the shallowest depth that keeps them (where 2 stages cannot, as on an
   // A100's 3 CTAs, its choice is unchanged).
   static constexpr bool kShallowRing = kFourCtas;
   // CTAs per SM that a split launch fills (0: every resident one), where fewer saturate DRAM: fewer slices then cost
   // less (fewer CTA starts, a smaller merge). Measured on the H200 at K = V = 128 only (the planner applies it
-  // there, not to padded requests): 16-bit 8-row 1 of 2 (session 22: B1/131072 -2.6%, B8/32768 -0.5%), per-tensor
-  // fp8 3 of 4 (session 21: B1/131072 -4.2%, verify 3x4 32K -2.9%, B8/32768 -1.6%). Elsewhere fewer lost: 16-bit
+  // there, not to padded requests): 16-bit 8-row 1 of 2 (B1/131072 -2.6%, B8/32768 -0.5%), per-tensor
+  // fp8 3 of 4 (B1/131072 -4.2%, verify 3x4 32K -2.9%, B8/32768 -1.6%). Elsewhere fewer lost: 16-bit
   // D64 and D256 (B8/32768 +29% and +9%), fp8 D64 in this tile (+6%), per token (verify 128K +6%), 16-bit 16-row
-  // (verify 32K +1.5%; sessions 21-22).
+  // (verify 32K +1.5%).
   static constexpr int kSplitCtasPerSM =
       KP != 128 || VP != 128 ? 0 : Traits::kFp8 ? (Traits::kTokenScales ? 0 : 3) : (kKeysAsM ? 1 : 0);
 
@@ -136,7 +136,7 @@ struct PagedTile {
   // Per-token scales follow a stage's rows as [KS K scales][KS V scales]. Lane r < kLoadRows of warp w copies the K
   // scale of the warp's row r, lane kLoadRows + r its V scale (the float slot below). Where a warp loads fewer rows
   // than half a warp (wide value tiles) the lanes past both operands' rows copy nothing: copying a neighbour's slot
-  // again was a write-write race (racecheck, session 25). Two functions, so that the test folds away where every
+  // again was a write-write race (racecheck). Two functions, so that the test folds away where every
   // lane copies (the D64 / D128 kernels' SASS is unchanged by it).
   __host__ __device__ static constexpr bool copies_scale(int lane) { return 2 * kLoadRows == 32 || lane < 2 * kLoadRows; }
   __host__ __device__ static constexpr int scale_slot(int warp, int lane) {

@@ -17,7 +17,7 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, uint32
 
 // The same, with an L2 prefetch of the whole 128-byte line around the source: for rows shorter than a line, whose
 // other part another CTA reads next (fp8 D64 in vLLM's layout, where the next kv head's 64 bytes share the line:
-// 20% faster on the long rows, docs/perf-notes.md session 23).
+// 20% faster on the long rows, docs/perf-notes.md).
 __device__ __forceinline__ void cp_async_16_line(void* smem, const void* gmem, uint32_t src_bytes) {
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                "r"(src_bytes));
