@@ -17,29 +17,15 @@
 #include "cuda/ptx/mma.h"
 #include "harness/owned_tensor.h"
 #include "support/compare.h"
+#include "support/device_vector.h"
 
 namespace {
+
+using fgtest::DeviceVector;
 
 using flashgate::ptx::cp_async_16;
 using flashgate::ptx::cp_async_4;
 using flashgate::ptx::cp_async_8;
-
-// Device buffer holding a host vector, and back.
-template <class T>
-struct DeviceVector {
-  T* ptr = nullptr;
-  size_t n = 0;
-  explicit DeviceVector(const std::vector<T>& host) : n(host.size()) {
-    EXPECT_EQ(cudaMalloc(&ptr, n * sizeof(T)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~DeviceVector() { cudaFree(ptr); }
-  std::vector<T> get() const {
-    std::vector<T> host(n);
-    EXPECT_EQ(cudaMemcpy(host.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return host;
-  }
-};
 
 // ---- mma.sync m16n8k16 -------------------------------------------------------------------------------------
 
