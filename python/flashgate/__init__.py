@@ -43,7 +43,8 @@ def parallel_attn(q, k, v, g=None, scale=None, window_size=None, cu_seqlens=None
     sink_bias: optional [HQ] logits adding exp(sink) to each softmax denominator (GPT-OSS sinks).
     return_lse: also return lse [B,T,HQ] (natural log, float32; not differentiable).
     deterministic: bitwise-reproducible gradients. backend: 'auto', 'cpu', 'cuda', or 'hopper' (sm90a kernels,
-    when built: not in this version yet, so it raises NotImplementedError naming it as not built).
+    when built with FLASHGATE_HOPPER=ON: the forward for fp16/bf16 with K == V of 64 or 128, in development and
+    forced only; without them it raises NotImplementedError naming it as not built).
     Returns o [B,T,HQ,V] in q's dtype (and lse). Gradients flow to q, k, v, g and sink_bias (torch).
     """
     return _backend_of(q).parallel_attn(q, k, v, g, scale, window_size, cu_seqlens, sink_bias=sink_bias,

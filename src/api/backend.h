@@ -32,6 +32,9 @@ class BackendImpl {
   virtual void run(const DecodeArgs&, const DecodeProblem&, const Launch&) const = 0;
   virtual void run(const PagedArgs&, const PagedProblem&, const Launch&) const = 0;
 
+  // Whether `auto` may pick this backend (a backend in development is reachable only when forced).
+  virtual bool in_auto() const { return true; }
+
   // Scratch for callers that pass no workspace (stream-ordered on GPU backends).
   virtual void* allocate_scratch(size_t bytes, CUstream_st* stream) const;
   virtual void free_scratch(void* ptr, CUstream_st* stream) const;
@@ -39,6 +42,6 @@ class BackendImpl {
 
 const BackendImpl& cpu_backend();
 const BackendImpl* cuda_backend();    // nullptr in a build without CUDA
-const BackendImpl* hopper_backend();  // nullptr while no Hopper kernels are built
+const BackendImpl* hopper_backend();  // nullptr in a build without the Hopper kernels
 
 }  // namespace flashgate::detail

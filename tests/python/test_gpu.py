@@ -289,6 +289,47 @@ def test_paged_with_scores_far_from_zero(rng, kv, offset):
         ref.assert_close(f"o (sink {sink is not None}, window {window})", o, want, 5e-3, rng.seed)
 
 
+# ---- the Hopper backend (sm_90a kernels; built with FLASHGATE_HOPPER=ON, forced only) ----------------------------
+
+def hopper_built():
+    q = torch.zeros((1, 1, 1, 64), dtype=BF16, device=DEV)
+    try:
+        flashgate.parallel_attn(q, q, q, backend="hopper")
+    except NotImplementedError as e:
+        if "not built" in str(e) or "sm_90" in str(e):
+            return False
+        raise
+    return True
+
+
+HOPPER_FORWARD = {"none": {}, "gate": {"gate": "logsigmoid"}, "sink": {"sink": True}, "w0": {"window": 0},
+                  "w1": {"window": 1}, "w64": {"window": 64}, "gate+w65+sink": {"gate": "logsigmoid", "window": 65,
+                                                                               "sink": True}}
+
+
+@pytest.mark.parametrize("layout", ["dense", "packed"])
+@pytest.mark.parametrize("feature", HOPPER_FORWARD)
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+def test_hopper_forward(rng, dtype, D, feature, layout):
+    if not hopper_built():
+        pytest.skip("the Hopper kernels are not built into this library (or this GPU is not sm_90)")
+    cu = [0, 0, 15, 100, 300, 1200] if layout == "packed" else None
+    B, T = (1, 1200) if cu else (2, 300)
+    q, k, v = rng.randn((B, T, 8, D), dtype), rng.randn((B, T, 2, D), dtype), rng.randn((B, T, 2, D), dtype)
+    f = HOPPER_FORWARD[feature]
+    g = F.logsigmoid(rng.randn((B, T, 8))) if f.get("gate") else None
+    s = rng.randn((8,)) if f.get("sink") else None
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=DEV) if cu else None
+    with torch.no_grad():
+        o, lse = flashgate.parallel_attn(q, k, v, g, None, f.get("window"), cu_t, sink_bias=s, return_lse=True,
+                                         backend="hopper")
+        ro, rlse = ref.attention(q.double(), k.double(), v.double(), None if g is None else g.double(),
+                                 None if s is None else s.double(), None, f.get("window"), cu_t)
+    ref.assert_close("o", o, ro, 5e-3, rng.seed)
+    ref.assert_close("lse", lse, rlse, 5e-3, rng.seed)
+
+
 # ---- non-contiguous inputs -----------------------------------------------------------------------------------
 
 def test_strided_qkv_views(rng):

@@ -1,11 +1,12 @@
-// The `cuda` backend (portable sm80+ kernels) behind the dispatch interface. Common refusals live here;
-// each kernel family adds its own through host::cannot_run.
+// The CUDA backends behind the dispatch interface: `cuda` (the portable sm80+ kernels) and, where built, `hopper`
+// (the sm_90a kernels). Common refusals live here; each kernel family adds its own through its host module.
 #include <cuda_runtime_api.h>
 
 #include <string>
 
 #include "api/backend.h"
 #include "api/device_runtime.h"
+#include "cuda/host/hopper_forward.h"
 #include "cuda/host/serving.h"
 #include "cuda/host/training.h"
 
@@ -78,7 +79,64 @@ const BackendImpl* cuda_backend() {
   return &backend;
 }
 
-// The Hopper kernels are not built yet; `auto` goes straight to the portable ones.
+#if defined(FLASHGATE_WITH_HOPPER)
+namespace {
+
+// The `hopper` backend: the sm_90a kernels of src/cuda/hopper. It serves the training forward for the shapes its
+// kernels take (host/hopper_forward.cpp); `auto` does not pick it while it is in development.
+class HopperBackend final : public BackendImpl {
+ public:
+  Backend id() const override { return Backend::hopper; }
+  bool in_auto() const override { return false; }
+
+  std::string cannot_run(const ForwardArgs& a, const AttentionProblem& p) const override {
+    std::string why = hopper_refusal(a);
+    return why.empty() ? host::hopper_forward_refusal(a, p) : why;
+  }
+  std::string cannot_run(const BackwardArgs& a, const AttentionProblem&) const override { return later(a); }
+  std::string cannot_run(const DecodeArgs& a, const DecodeProblem&) const override { return later(a); }
+  std::string cannot_run(const PagedArgs& a, const PagedProblem&) const override { return later(a); }
+
+  size_t workspace(const ForwardArgs& a, const AttentionProblem& p) const override {
+    return host::hopper_forward_workspace(a, p);
+  }
+  void run(const ForwardArgs& a, const AttentionProblem& p, const Launch& l) const override {
+    host::launch_hopper_forward(a, p, l);
+  }
+  void run(const BackwardArgs&, const AttentionProblem&, const Launch&) const override {}
+  void run(const DecodeArgs&, const DecodeProblem&, const Launch&) const override {}
+  void run(const PagedArgs&, const PagedProblem&, const Launch&) const override {}
+
+  void* allocate_scratch(size_t bytes, CUstream_st* stream) const override {
+    return cuda_backend()->allocate_scratch(bytes, stream);
+  }
+  void free_scratch(void* ptr, CUstream_st* stream) const override { cuda_backend()->free_scratch(ptr, stream); }
+
+ private:
+  template <class Args>
+  static std::string hopper_refusal(const Args& a) {
+    std::string why = common_refusal(a);
+    if (!why.empty()) return why;
+    const int cc = compute_capability(a.q.device_index);
+    if (cc != 90) return "needs an sm_90 GPU (found compute capability " + std::to_string(cc) + ")";
+    return "";
+  }
+  template <class Args>
+  static std::string later(const Args& a) {
+    std::string why = hopper_refusal(a);
+    return why.empty() ? "runs the training forward only so far" : why;
+  }
+};
+
+}  // namespace
+
+const BackendImpl* hopper_backend() {
+  static const HopperBackend backend;
+  return &backend;
+}
+#else
+// This build has no Hopper kernels (FLASHGATE_HOPPER off): the portable ones serve every call.
 const BackendImpl* hopper_backend() { return nullptr; }
+#endif
 
 }  // namespace flashgate::detail
