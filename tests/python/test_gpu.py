@@ -307,16 +307,16 @@ HOPPER_FORWARD = {"none": {}, "gate": {"gate": "logsigmoid"}, "sink": {"sink": T
                                                                                "sink": True}}
 
 
-@pytest.mark.parametrize("layout", ["dense", "packed"])
-@pytest.mark.parametrize("feature", HOPPER_FORWARD)
-@pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
-def test_hopper_forward(rng, dtype, D, feature, layout):
+def check_hopper_forward(rng, dtype, D, feature, layout, offset=None):
+    """The Hopper forward against the fp64 reference (o and lse); `offset` shifts every score (offset_scores)."""
     if not hopper_built():
         pytest.skip("the Hopper kernels are not built into this library (or this GPU is not sm_90)")
     cu = [0, 0, 15, 100, 300, 1200] if layout == "packed" else None
     B, T = (1, 1200) if cu else (2, 300)
-    q, k, v = rng.randn((B, T, 8, D), dtype), rng.randn((B, T, 2, D), dtype), rng.randn((B, T, 2, D), dtype)
+    q, k, v = rng.randn((B, T, 8, D)), rng.randn((B, T, 2, D)), rng.randn((B, T, 2, D), dtype)
+    if offset is not None:
+        q, k = offset_scores(q, k, offset, None, dominant_keys=[3])
+    q, k = q.to(dtype), k.to(dtype)
     f = HOPPER_FORWARD[feature]
     g = F.logsigmoid(rng.randn((B, T, 8))) if f.get("gate") else None
     s = rng.randn((8,)) if f.get("sink") else None
@@ -328,6 +328,21 @@ def test_hopper_forward(rng, dtype, D, feature, layout):
                                  None if s is None else s.double(), None, f.get("window"), cu_t)
     ref.assert_close("o", o, ro, 5e-3, rng.seed)
     ref.assert_close("lse", lse, rlse, 5e-3, rng.seed)
+
+
+@pytest.mark.parametrize("layout", ["dense", "packed"])
+@pytest.mark.parametrize("feature", HOPPER_FORWARD)
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+def test_hopper_forward(rng, dtype, D, feature, layout):
+    check_hopper_forward(rng, dtype, D, feature, layout)
+
+
+@pytest.mark.parametrize("offset", SCORE_OFFSETS)
+@pytest.mark.parametrize("feature", ["none", "sink", "w1"])
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+def test_hopper_forward_with_scores_far_from_zero(rng, dtype, feature, offset):
+    check_hopper_forward(rng, dtype, 128 if offset % 16 else 64, feature, "dense", offset)
 
 
 # ---- non-contiguous inputs -----------------------------------------------------------------------------------
