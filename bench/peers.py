@@ -38,13 +38,18 @@ def import_from(path, flag, module, name):
 
 # ---------------------------------------------------------------------------------------------- training
 
-def flashgate_training(row, t):
+def flashgate_training(row, t, backend="auto"):
     import flashgate
 
     def fwd():
         return flashgate.parallel_attn(t["q"], t["k"], t["v"], g=t.get("g"), window_size=row.window,
-                                       cu_seqlens=t.get("cu_seqlens"), sink_bias=t.get("sink"))
+                                       cu_seqlens=t.get("cu_seqlens"), sink_bias=t.get("sink"), backend=backend)
     return fwd
+
+
+def flashgate_backend_training(backend):
+    """flashgate forced onto one backend (e.g. 'hopper' while `auto` does not take it yet)."""
+    return lambda row, t: flashgate_training(row, t, backend)
 
 
 def _bhtd(x):

@@ -70,9 +70,12 @@ def time_training(fwd, t, skip_backward):
     grads = [x for x in (t["q"], t["k"], t["v"], t.get("g"), t.get("sink")) if x is not None]
     o = fwd()
     # allow_unused: a peer may not differentiate every input (flex takes the gate as a constant score_mod).
-    res["bwd_ms"] = measure.median_ms(
-        lambda: torch.autograd.grad(o, grads, t["do"], retain_graph=True, allow_unused=True))
-    res["fwdbwd_ms"] = measure.median_ms(lambda: torch.autograd.grad(fwd(), grads, t["do"], allow_unused=True))
+    try:
+        res["bwd_ms"] = measure.median_ms(
+            lambda: torch.autograd.grad(o, grads, t["do"], retain_graph=True, allow_unused=True))
+        res["fwdbwd_ms"] = measure.median_ms(lambda: torch.autograd.grad(fwd(), grads, t["do"], allow_unused=True))
+    except NotImplementedError as e:  # a contender (a backend in development) with a forward but no backward
+        res["bwd_status"] = f"cannot run: {short(e)}"
     return res
 
 
@@ -259,6 +262,8 @@ def main():
     ap.add_argument("--peers", default="cuDNN,FA2,flex,FLA",
                     help="training peers to run beside flashgate (FLA needs --fla; flex compiles take time)")
     ap.add_argument("--skip-backward", action="store_true")
+    ap.add_argument("--flashgate-backends", default="",
+                    help="flashgate forced onto these backends too, as extra contenders (e.g. hopper)")
     ap.add_argument("--only", choices=["training", "serving"], default=None)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -272,6 +277,8 @@ def main():
                               if not path]
     log(f"env: {out['env']}\nceilings: {out['ceilings']}")
     contenders = {"flashgate": peers.flashgate_training}
+    for backend in filter(None, args.flashgate_backends.split(",")):
+        contenders[f"flashgate {backend}"] = peers.flashgate_backend_training(backend)
     wanted = set(args.peers.split(","))
     contenders.update({n: b for n, b in peers.TRAINING_PEERS.items() if n in wanted})
     if args.fla and "FLA" in wanted:
