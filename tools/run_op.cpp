@@ -102,6 +102,24 @@ auto allocate(const std::string& problem, double needed, Make make) {
   }
 }
 
+// A run's cases: the inputs drawn on the host and their copy on the run's device, after checking that the
+// machine holds them (`needed`, which the fp64 reference made later is checked against too).
+template <class Case>
+struct DrawnCases {
+  double needed = 0;
+  Case host, run;
+};
+
+template <class Case, class Config>
+DrawnCases<Case> draw_cases(const Plan& p, const std::string& problem, const Config& cfg, const Config& ref_cfg) {
+  DrawnCases<Case> c;
+  c.needed = run_host_bytes(p, cfg.host_bytes(), ref_cfg.host_bytes());
+  harness::Rng rng(p.seed);
+  c.host = allocate(problem, c.needed, [&] { return Case::random(cfg, rng); });
+  c.run = allocate(problem, c.needed, [&] { return c.host.to(p.device); });
+  return c;
+}
+
 // Per-sequence lengths for decode and paged: N copies of the context length, or --packed.
 std::vector<int64_t> context_lengths(const RunOptions& o, bool gpu) {
   if (!o.packed.empty()) return o.packed;
@@ -167,11 +185,10 @@ void run_attention(const Plan& p, RunResult& outcome) {
   harness::AttentionConfig ref_cfg = cfg;
   ref_cfg.dtype = DType::f64, ref_cfg.row_pad = 0;
   outcome.problem = std::string(o.op == Op::forward ? "attention_forward " : "attention_backward ") + cfg.describe();
-  harness::Rng rng(p.seed);
-  const double needed = run_host_bytes(p, cfg.host_bytes(), ref_cfg.host_bytes());
-  const harness::AttentionCase host =
-      allocate(outcome.problem, needed, [&] { return harness::AttentionCase::random(cfg, rng); });
-  harness::AttentionCase run = allocate(outcome.problem, needed, [&] { return host.to(p.device); });
+  DrawnCases<harness::AttentionCase> cases = draw_cases<harness::AttentionCase>(p, outcome.problem, cfg, ref_cfg);
+  const harness::AttentionCase& host = cases.host;
+  harness::AttentionCase& run = cases.run;
+  const double needed = cases.needed;
   const double fwd_flops = 2.0 * cfg.heads * cfg.pairs() * (cfg.head_dim + cfg.v_dim);
   if (o.op == Op::forward) {
     print_header(p, run.forward_args());
@@ -201,23 +218,29 @@ void run_attention(const Plan& p, RunResult& outcome) {
   outcome.tolerance = tolerance_for(cfg.dtype, cfg.scale, cfg.head_dim);
 }
 
-void run_decode(const Plan& p, RunResult& outcome) {
+// The head shape of a serving run (decode, paged): GQA 32/8 D128 on the GPU, 8/2 D64 on the cpu, unless asked.
+template <class Config>
+void set_serving_heads(const Plan& p, Config& cfg) {
   const RunOptions& o = p.o;
-  harness::DecodeConfig cfg;
-  cfg.seqlens = context_lengths(o, p.gpu);
   cfg.heads = pick(o.heads, 32, 8, p.gpu);
   cfg.kv_heads = pick(o.kv_heads, std::min<int64_t>(cfg.heads, 8), std::min<int64_t>(cfg.heads, 2), p.gpu);
   cfg.head_dim = pick(o.head_dim, 128, 64, p.gpu);
   cfg.v_dim = o.v_dim.value_or(cfg.head_dim);
+}
+
+void run_decode(const Plan& p, RunResult& outcome) {
+  const RunOptions& o = p.o;
+  harness::DecodeConfig cfg;
+  cfg.seqlens = context_lengths(o, p.gpu);
+  set_serving_heads(p, cfg);
   cfg.dtype = o.dtype, cfg.gate = o.gate, cfg.sink = o.sink, cfg.window = o.window, cfg.scale = o.scale;
   harness::DecodeConfig ref_cfg = cfg;
   ref_cfg.dtype = DType::f64, ref_cfg.row_pad = ref_cfg.q_row_pad = 0;
   outcome.problem = cfg.describe();
-  harness::Rng rng(p.seed);
-  const double needed = run_host_bytes(p, cfg.host_bytes(), ref_cfg.host_bytes());
-  const harness::DecodeCase host =
-      allocate(outcome.problem, needed, [&] { return harness::DecodeCase::random(cfg, rng); });
-  harness::DecodeCase run = allocate(outcome.problem, needed, [&] { return host.to(p.device); });
+  DrawnCases<harness::DecodeCase> cases = draw_cases<harness::DecodeCase>(p, outcome.problem, cfg, ref_cfg);
+  const harness::DecodeCase& host = cases.host;
+  harness::DecodeCase& run = cases.run;
+  const double needed = cases.needed;
   double bytes = 0;
   for (int64_t L : cfg.seqlens)
     bytes += static_cast<double>(o.window ? std::min<int64_t>(L, *o.window) : L) * cfg.kv_heads *
@@ -238,10 +261,7 @@ void run_paged(const Plan& p, RunResult& outcome) {
   cfg.query_lens.assign(cfg.context_lens.size(), 0);
   for (size_t n = 0; n < cfg.context_lens.size(); ++n) cfg.query_lens[n] = std::min(o.q_len, cfg.context_lens[n]);
   cfg.max_seqlen_q = o.q_len;  // as a serving engine passes it
-  cfg.heads = pick(o.heads, 32, 8, p.gpu);
-  cfg.kv_heads = pick(o.kv_heads, std::min<int64_t>(cfg.heads, 8), std::min<int64_t>(cfg.heads, 2), p.gpu);
-  cfg.head_dim = pick(o.head_dim, 128, 64, p.gpu);
-  cfg.v_dim = o.v_dim.value_or(cfg.head_dim);
+  set_serving_heads(p, cfg);
   cfg.block_size = o.block_size;
   cfg.dtype = o.dtype, cfg.sink = o.sink, cfg.window = o.window, cfg.scale = o.scale;
   if (!o.fp8.empty()) {
@@ -251,11 +271,10 @@ void run_paged(const Plan& p, RunResult& outcome) {
   harness::PagedConfig ref_cfg = cfg;
   ref_cfg.dtype = DType::f64, ref_cfg.q_row_pad = 0;
   outcome.problem = cfg.describe();
-  harness::Rng rng(p.seed);
-  const double needed = run_host_bytes(p, cfg.host_bytes(), ref_cfg.host_bytes());
-  const harness::PagedCase host =
-      allocate(outcome.problem, needed, [&] { return harness::PagedCase::random(cfg, rng); });
-  harness::PagedCase run = allocate(outcome.problem, needed, [&] { return host.to(p.device); });
+  DrawnCases<harness::PagedCase> cases = draw_cases<harness::PagedCase>(p, outcome.problem, cfg, ref_cfg);
+  const harness::PagedCase& host = cases.host;
+  harness::PagedCase& run = cases.run;
+  const double needed = cases.needed;
   print_header(p, run.args());
   const harness::Timing t =
       time_op(p, run.args(), [](const PagedArgs& a, const Launch& l) { paged_attention(a, l); });

@@ -3,6 +3,8 @@ CUDA issues' matrix, gradients through torch.autograd, torch.compile(fullgraph=T
 replay of decode and paged, non-contiguous inputs, GPT-OSS's sink formulation, and flash-linear-attention's
 published parallel_attn test shapes and tolerances."""
 
+import functools
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
@@ -291,7 +293,9 @@ def test_paged_with_scores_far_from_zero(rng, kv, offset):
 
 # ---- the Hopper backend (sm_90a kernels; built with FLASHGATE_HOPPER=ON, forced only) ----------------------------
 
+@functools.lru_cache(maxsize=None)
 def hopper_built():
+    """Whether this library has the Hopper kernels and this GPU runs them (asked once per session)."""
     q = torch.zeros((1, 1, 1, 64), dtype=BF16, device=DEV)
     try:
         flashgate.parallel_attn(q, q, q, backend="hopper")

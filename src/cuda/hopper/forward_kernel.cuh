@@ -15,12 +15,12 @@
 #include <cmath>
 #include <cstdint>
 
-#include "cuda/hopper/forward.h"
 #include "cuda/common/attention_params.h"
 #include "cuda/common/online_softmax.h"
 #include "cuda/common/sequence.h"
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/visibility.h"
+#include "cuda/hopper/forward.h"
 #include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/mma.h"
 #include "cuda/ptx/tma.h"

@@ -9,6 +9,7 @@
 #include "cuda/host/hopper_forward.h"
 #include "cuda/host/serving.h"
 #include "cuda/host/training.h"
+#include "flashgate/error.h"
 
 namespace flashgate::detail {
 namespace {
@@ -103,9 +104,10 @@ class HopperBackend final : public BackendImpl {
   void run(const ForwardArgs& a, const AttentionProblem& p, const Launch& l) const override {
     host::launch_hopper_forward(a, p, l);
   }
-  void run(const BackwardArgs&, const AttentionProblem&, const Launch&) const override {}
-  void run(const DecodeArgs&, const DecodeProblem&, const Launch&) const override {}
-  void run(const PagedArgs&, const PagedProblem&, const Launch&) const override {}
+  // cannot_run refuses these, so dispatch never calls them; say so should that ever change.
+  void run(const BackwardArgs& a, const AttentionProblem&, const Launch&) const override { refuse(a); }
+  void run(const DecodeArgs& a, const DecodeProblem&, const Launch&) const override { refuse(a); }
+  void run(const PagedArgs& a, const PagedProblem&, const Launch&) const override { refuse(a); }
 
   void* allocate_scratch(size_t bytes, CUstream_st* stream) const override {
     return cuda_backend()->allocate_scratch(bytes, stream);
@@ -120,6 +122,10 @@ class HopperBackend final : public BackendImpl {
     const int cc = compute_capability(a.q.device_index);
     if (cc != 90) return "needs an sm_90 GPU (found compute capability " + std::to_string(cc) + ")";
     return "";
+  }
+  template <class Args>
+  static void refuse(const Args& a) {
+    throw Error(ErrorKind::unsupported, "backend", "flashgate: backend 'hopper': " + later(a));
   }
   template <class Args>
   static std::string later(const Args& a) {
