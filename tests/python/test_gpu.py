@@ -311,13 +311,18 @@ HOPPER_FORWARD = {"none": {}, "gate": {"gate": "logsigmoid"}, "sink": {"sink": T
                                                                                "sink": True}}
 
 
-def check_hopper_forward(rng, dtype, D, feature, layout, offset=None):
+# (K, V): every kernel's bucket pair, padded buckets, and pairs that run in a larger square bucket.
+HOPPER_HEAD_DIMS = [(64, 64), (128, 128), (192, 128), (256, 256), (40, 40), (96, 96), (64, 128), (136, 200)]
+
+
+def check_hopper_forward(rng, dtype, dims, feature, layout, offset=None):
     """The Hopper forward against the fp64 reference (o and lse); `offset` shifts every score (offset_scores)."""
     if not hopper_built():
         pytest.skip("the Hopper kernels are not built into this library (or this GPU is not sm_90)")
+    K, V = dims
     cu = [0, 0, 15, 100, 300, 1200] if layout == "packed" else None
     B, T = (1, 1200) if cu else (2, 300)
-    q, k, v = rng.randn((B, T, 8, D)), rng.randn((B, T, 2, D)), rng.randn((B, T, 2, D), dtype)
+    q, k, v = rng.randn((B, T, 8, K)), rng.randn((B, T, 2, K)), rng.randn((B, T, 2, V), dtype)
     if offset is not None:
         q, k = offset_scores(q, k, offset, None, dominant_keys=[3])
     q, k = q.to(dtype), k.to(dtype)
@@ -336,17 +341,18 @@ def check_hopper_forward(rng, dtype, D, feature, layout, offset=None):
 
 @pytest.mark.parametrize("layout", ["dense", "packed"])
 @pytest.mark.parametrize("feature", HOPPER_FORWARD)
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("dims", HOPPER_HEAD_DIMS, ids=lambda d: f"K{d[0]}V{d[1]}")
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
-def test_hopper_forward(rng, dtype, D, feature, layout):
-    check_hopper_forward(rng, dtype, D, feature, layout)
+def test_hopper_forward(rng, dtype, dims, feature, layout):
+    check_hopper_forward(rng, dtype, dims, feature, layout)
 
 
 @pytest.mark.parametrize("offset", SCORE_OFFSETS)
 @pytest.mark.parametrize("feature", ["none", "sink", "w1"])
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
 def test_hopper_forward_with_scores_far_from_zero(rng, dtype, feature, offset):
-    check_hopper_forward(rng, dtype, 128 if offset % 16 else 64, feature, "dense", offset)
+    D = 128 if offset % 16 else 64
+    check_hopper_forward(rng, dtype, (D, D), feature, "dense", offset)
 
 
 # ---- non-contiguous inputs -----------------------------------------------------------------------------------

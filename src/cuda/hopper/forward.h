@@ -1,4 +1,4 @@
-// The Hopper forward's interface (host-includable): its params, its tile and its launcher; the kernel is
+// The Hopper forward's interface (host-includable): its params, its tiles and its launcher; the kernel is
 // forward_kernel.cuh.
 #pragma once
 
@@ -14,25 +14,44 @@ struct CUstream_st;
 
 namespace flashgate::cuda::hopper {
 
-// What the forward kernel receives: the shared params and the tensor maps of q, k and v ([B][heads][T][D]
-// viewed innermost first: D, T, heads, B; boxes of 64 dims x 128 rows).
+// What the forward kernel receives: the shared params and the tensor maps of q, k and v ([B][T][heads][D]
+// viewed innermost first: D, T, heads, B; boxes of 64 dims x the tile's rows, zero beyond the head dim).
 struct ForwardParams {
   AttentionParams a;
   CUtensorMap q_map, k_map, v_map;
 };
 
-template <int kD>
+// The tile of one head-dim bucket pair (kK for q and k, kV for v and o; multiples of 64): 128 query rows (two
+// consumer warpgroups of 64) against key blocks of BN, K and V each in a two-stage ring. BN keeps the scores,
+// the output and P inside a consumer's 240 registers and the stages inside 227 KB of shared memory.
+template <int kK, int kV>
 struct ForwardTile {
-  static constexpr int BM = 128, BN = 128, kStages = 2, kBlocks = kD / 64;
+  static constexpr int BM = 128, BN = kV > 128 ? 80 : 128, kStages = 2;
+  static constexpr int kKBlocks = kK / 64, kVBlocks = kV / 64;
   static constexpr int kThreads = 384;
-  static constexpr uint32_t kQBytes = BM * kD * 2, kKBytes = BN * kD * 2, kVBytes = BN * kD * 2;
+  static constexpr uint32_t kQBytes = BM * kK * 2, kKBytes = BN * kK * 2, kVBytes = BN * kV * 2;
   static constexpr size_t smem_bytes() { return kQBytes + kStages * (kKBytes + kVBytes) + 1024; }
-  static_assert(kD == 64 || kD == 128, "head dims of the Hopper forward");
+  static_assert(kK % 64 == 0 && kV % 64 == 0 && kK <= 256 && kV <= 256, "head-dim buckets of the Hopper forward");
+  static_assert(smem_bytes() <= 227 * 1024, "the Hopper forward's stages exceed shared memory");
 };
 
-// Launches the forward of head dim kD (K == V == kD) over `sched` (tile_rows 128). Defined per (T, kD) in
-// forward_instances.cu.
-template <class T, int kD>
+// The head-dim bucket pairs that have kernels, and the pair a problem's (K, V) runs in (0, 0: none).
+struct HeadDimBuckets {
+  int k = 0, v = 0;
+};
+constexpr HeadDimBuckets forward_buckets(int64_t K, int64_t V) {
+  const auto up = [](int64_t d) { return d <= 64 ? 64 : d <= 128 ? 128 : d <= 192 ? 192 : d <= 256 ? 256 : 0; };
+  const int64_t k = up(K), v = up(V);
+  if (k == 0 || v == 0) return {};
+  if (v <= 128 && k <= 128) return k == v ? HeadDimBuckets{static_cast<int>(k), static_cast<int>(v)}
+                                          : HeadDimBuckets{128, 128};
+  if (v <= 128 && k == 192) return {192, 128};
+  return {256, 256};
+}
+
+// Launches the forward of bucket pair (kK, kV) over `sched` (tile_rows BM). Instantiated per (T, kK, kV) in
+// forward_instances/.
+template <class T, int kK, int kV>
 void launch_forward(const ForwardParams& p, const TileSchedule& sched, CUstream_st* stream);
 
 }  // namespace flashgate::cuda::hopper
