@@ -32,9 +32,6 @@ class BackendImpl {
   virtual void run(const DecodeArgs&, const DecodeProblem&, const Launch&) const = 0;
   virtual void run(const PagedArgs&, const PagedProblem&, const Launch&) const = 0;
 
-  // Whether `auto` may pick this backend (a backend in development is reachable only when forced).
-  virtual bool in_auto() const { return true; }
-
   // Scratch for callers that pass no workspace (stream-ordered on GPU backends).
   virtual void* allocate_scratch(size_t bytes, CUstream_st* stream) const;
   virtual void free_scratch(void* ptr, CUstream_st* stream) const;

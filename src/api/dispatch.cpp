@@ -83,7 +83,7 @@ const BackendImpl& choose_backend(const char* op, const Args& args, const Proble
   std::string reasons;
   for (Backend c : {Backend::hopper, Backend::cuda}) {
     const BackendImpl* b = find_backend(c);
-    if (!b || !b->in_auto()) continue;
+    if (!b) continue;
     const std::string why = b->cannot_run(args, p);
     if (why.empty()) return *b;
     reasons += std::string(" ") + backend_name(c) + ": " + why + ";";

@@ -19,18 +19,31 @@ namespace flashgate::cuda::hopper {
 struct ForwardParams {
   AttentionParams a;
   CUtensorMap q_map, k_map, v_map;
+  int section_heads = 1;  // dense: (sequence, query head) pairs per L2 section of the item order (whole kv groups)
 };
 
-// The tile of one head-dim bucket pair (kK for q and k, kV for v and o; multiples of 64): 128 query rows (two
-// consumer warpgroups of 64) against key blocks of BN, K and V each in a two-stage ring. BN keeps the scores,
-// the output and P inside a consumer's 240 registers and the stages inside 227 KB of shared memory.
+// The tile of one head-dim bucket pair (kK for q and k, kV for v and o; multiples of 64): kConsumers warpgroups
+// of 64 query rows against key blocks of BN, K, V and the gate's key terms each in a two-stage ring. BN keeps
+// the scores, the output and P inside a consumer's registers and the stages inside 227 KB of shared memory; D64
+// runs three consumers, whose GEMMs are too short for two to hide each other's softmax.
 template <int kK, int kV>
 struct ForwardTile {
-  static constexpr int BM = 128, BN = kV > 128 ? 80 : 128, kStages = 2;
+  static constexpr int kKDim = kK, kVDim = kV;
+  static constexpr int kConsumers = kK == 64 && kV == 64 ? 3 : 2;
+  static constexpr int BM = 64 * kConsumers, BN = kV > 128 ? 80 : 128, kStages = 2;
   static constexpr int kKBlocks = kK / 64, kVBlocks = kV / 64;
-  static constexpr int kThreads = 384;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  // setmaxnreg: the registers a thread has at launch (65536 / kThreads, rounded down to 8), moved from the
+  // producer to the consumers; the warpgroups' counts sum to at most 4 x that. V of 256 needs every consumer
+  // register it can get.
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kProducerRegs = kConsumers == 3 || kV > 128 ? 24 : 40;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kV > 128 ? 240 : 232;
+  static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (1 + kConsumers) * kLaunchRegs,
+                "register budget of the Hopper forward");
   static constexpr uint32_t kQBytes = BM * kK * 2, kKBytes = BN * kK * 2, kVBytes = BN * kV * 2;
-  static constexpr size_t smem_bytes() { return kQBytes + kStages * (kKBytes + kVBytes) + 1024; }
+  static constexpr uint32_t kGateBytes = BN * 4;
+  static constexpr size_t smem_bytes() { return kQBytes + kStages * (kKBytes + kVBytes + kGateBytes) + 1024; }
   static_assert(kK % 64 == 0 && kV % 64 == 0 && kK <= 256 && kV <= 256, "head-dim buckets of the Hopper forward");
   static_assert(smem_bytes() <= 227 * 1024, "the Hopper forward's stages exceed shared memory");
 };
@@ -49,9 +62,9 @@ constexpr HeadDimBuckets forward_buckets(int64_t K, int64_t V) {
   return {256, 256};
 }
 
-// Launches the forward of bucket pair (kK, kV) over `sched` (tile_rows BM). Instantiated per (T, kK, kV) in
-// forward_instances/.
+// Launches the forward of bucket pair (kK, kV) over `sched` (tile_rows BM) on a persistent grid of at most
+// `sm_count` CTAs. Instantiated per (T, kK, kV) in forward_instances/.
 template <class T, int kK, int kV>
-void launch_forward(const ForwardParams& p, const TileSchedule& sched, CUstream_st* stream);
+void launch_forward(const ForwardParams& p, const TileSchedule& sched, int sm_count, CUstream_st* stream);
 
 }  // namespace flashgate::cuda::hopper

@@ -1,17 +1,19 @@
-// The Hopper forward (sm_90a) for fp16/bf16: a CTA owns 128 query rows of one head.
+// The Hopper forward (sm_90a) for fp16/bf16: a persistent CTA runs query tiles of BM rows of one head after
+// another.
 //
-// Warpgroup 0 produces: one elected lane loads Q once and streams key blocks through two-stage rings of K and of
-// V tiles with TMA, in the order the consumers read them (K of block i, then V of block i - 1); full barriers
-// carry the bytes, empty barriers the consumers' release.
-// Warpgroups 1 and 2 consume, 64 query rows each. Per key block i a consumer issues S_i = Q K_i^T and
+// Warpgroup 0 produces: one elected lane loads Q and streams key blocks through two-stage rings of K and of V
+// tiles with TMA, in the order the consumers read them (K of block i, then V of block i - 1); full barriers carry
+// the bytes, empty barriers the consumers' release. With a gate, a second warp stages the gate's key terms.
+// The other warpgroups consume, 64 query rows each. Per key block i a consumer issues S_i = Q K_i^T and
 // O += P_{i-1} V_{i-1} together, runs the online softmax of S_i while P V is still on the tensor cores, then
-// rescales O and turns S_i into P_i (registers, the A operand of the next P V). The two consumers take turns at
-// the tensor cores (named barriers: one issues while the other runs its softmax). Masks apply only to blocks
-// that need them; the gate's terms enter the scores, the sink the row sum at the end. setmaxnreg moves registers
-// from the producer to the consumers.
+// rescales O and turns S_i into P_i (registers, the A operand of the next P V). Two consumers take turns at the
+// tensor cores (named barriers: one issues while the other runs its softmax). Masks apply only to blocks that
+// need them; the gate's terms enter the scores, the sink the row sum at the end. setmaxnreg moves registers from
+// the producer to the consumers.
 //
-// Shared memory: Q [kK/64][128 rows][64], then per stage K [kK/64][BN keys][64] and V [kV/64][BN keys][64],
-// every 64-column block 128-byte swizzled by TMA and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts).
+// Shared memory: Q [kK/64][BM rows][64], then per stage K [kK/64][BN keys][64] and V [kV/64][BN keys][64],
+// every 64-column block 128-byte swizzled by TMA and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts), then
+// the gate's terms [stage][BN].
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,14 +45,90 @@ namespace flashgate::cuda::hopper {
 #if defined(__CUDACC__)
 namespace detail {
 
-// The shared-memory buffers of one CTA and the barriers that hand them between producer and consumers.
+// One work item: query tile `m0 / BM` of one sequence and one query head, and its key blocks (block i of the
+// tile is key block last - i: the diagonal block first).
+struct Work {
+  SequenceSpan seq;
+  int64_t h = 0;
+  int m0 = 0, last = -1, blocks = 0;
+  bool valid = false;
+};
+
+// Item number `item` in the order the grid runs them. Dense: in sections of `section_heads` (sequence, query head)
+// pairs whose K and V fit in L2, longest query tiles first inside a section, so the CTAs running at one time share
+// K/V blocks; packed: tile-major over the approximate longest-first tile map.
+__device__ __forceinline__ void item_at(const ForwardParams& p, const TileSchedule& sched, int64_t item, int64_t& pair,
+                                        TileMapEntry& t) {
+  const AttentionParams& a = p.a;
+  if (sched.map) {
+    t = tile_longest_first(sched, item / a.HQ);
+    pair = item % a.HQ;
+    return;
+  }
+  const int64_t per_section = p.section_heads * sched.tiles_per_seq, section = item / per_section;
+  const int64_t first = section * p.section_heads, pairs = a.B * a.HQ;
+  const int64_t heads = min(static_cast<int64_t>(p.section_heads), pairs - first);
+  const int64_t within = item - section * per_section;
+  pair = first + within % heads;
+  t.seq = static_cast<int32_t>(pair / a.HQ);
+  t.tile = static_cast<int32_t>(sched.tiles_per_seq - 1 - within / heads);
+}
+
+template <int BM, int BN>
+__device__ __forceinline__ Work work_at(const ForwardParams& p, const TileSchedule& sched, int64_t item) {
+  const AttentionParams& a = p.a;
+  Work w;
+  int64_t pair = 0;
+  TileMapEntry t;
+  item_at(p, sched, item, pair, t);
+  if (t.seq < 0) return w;
+  w.seq = sequence_span(a, t.seq);
+  w.h = pair % a.HQ;
+  w.m0 = t.tile * BM;
+  if (w.m0 >= w.seq.len) return w;
+  w.valid = true;
+  const KeySpan keys = keys_seen_by_rows(w.m0, min(w.m0 + BM, w.seq.len), w.seq.len, a.window);
+  if (keys.empty()) return w;
+  w.last = (keys.end - 1) / BN;
+  w.blocks = w.last - keys.begin / BN + 1;
+  return w;
+}
+
+// Item `within` of round `round` of this CTA: rounds of gridDim.x items, every other one backwards so that each
+// CTA's total work evens out over a longest-first list.
+__device__ __forceinline__ int64_t item_of_round(int64_t round) {
+  const int64_t cta = blockIdx.x, ctas = gridDim.x;
+  return round * ctas + ((round & 1) ? ctas - 1 - cta : cta);
+}
+
+// Calls f(work) for each of this CTA's items, in the order every role of the CTA walks them: section after
+// section (item_at), each dealt out in rounds over the persistent grid.
+template <int BM, int BN, class F>
+__device__ __forceinline__ void for_each_work(const ForwardParams& p, const TileSchedule& sched, F&& f) {
+  const int64_t items = sched.num_tiles * p.a.HQ;
+  const int64_t per_section = sched.map ? items : p.section_heads * sched.tiles_per_seq;
+  for (int64_t first = 0; first < items; first += per_section) {
+    const int64_t count = min(per_section, items - first);
+    for (int64_t round = 0;; ++round) {
+      const int64_t within = item_of_round(round);
+      if (within >= count) break;
+      f(work_at<BM, BN>(p, sched, first + within));
+    }
+  }
+}
+
+// The shared-memory buffers of one CTA and the barriers that hand them between producer and consumers. Rings
+// count blocks over all of the CTA's items: block number b sits in stage b % kStages (32-bit counts wrap
+// consistently: kStages divides 2^32 / 2).
 template <int kK, int kV>
 struct Stages {
   using Tile = ForwardTile<kK, kV>;
-  static constexpr int kReleasers = 8;  // one lane per consumer warp releases a stage
+  static constexpr int kS = Tile::kStages;
+  static constexpr int kReleasers = 4 * Tile::kConsumers;  // one lane per consumer warp releases a buffer
 
   unsigned char* base;
-  uint64_t* bars;  // q_full, k_full[S], k_empty[S], v_full[S], v_empty[S]
+  uint64_t* bars;  // q_full, q_empty, then per stage k_full, k_empty, v_full, v_empty, g_full, g_empty
+  static constexpr int kBarriers = 2 + 6 * kS;
 
   template <class T>
   __device__ __forceinline__ T* q() const { return reinterpret_cast<T*>(base); }
@@ -59,78 +137,126 @@ struct Stages {
     return reinterpret_cast<T*>(base + Tile::kQBytes + s * (Tile::kKBytes + Tile::kVBytes));
   }
   template <class T>
-  __device__ __forceinline__ T* v(int s) const {
-    return reinterpret_cast<T*>(base + Tile::kQBytes + s * (Tile::kKBytes + Tile::kVBytes) + Tile::kKBytes);
+  __device__ __forceinline__ T* v(int s) const { return k<T>(s) + Tile::kKBytes / 2; }
+  // The gate's key terms of a block (exp2 domain, relative to the tile's reference), behind the K and V stages.
+  __device__ __forceinline__ float* gate(int s) const {
+    return reinterpret_cast<float*>(base + Tile::kQBytes + kS * (Tile::kKBytes + Tile::kVBytes)) + s * Tile::BN;
   }
   __device__ __forceinline__ uint64_t* q_full() const { return bars; }
-  __device__ __forceinline__ uint64_t* k_full(int s) const { return bars + 1 + s; }
-  __device__ __forceinline__ uint64_t* k_empty(int s) const { return bars + 1 + Tile::kStages + s; }
-  __device__ __forceinline__ uint64_t* v_full(int s) const { return bars + 1 + 2 * Tile::kStages + s; }
-  __device__ __forceinline__ uint64_t* v_empty(int s) const { return bars + 1 + 3 * Tile::kStages + s; }
-  static constexpr int kBarriers = 1 + 4 * Tile::kStages;
+  __device__ __forceinline__ uint64_t* q_empty() const { return bars + 1; }
+  __device__ __forceinline__ uint64_t* k_full(int s) const { return bars + 2 + s; }
+  __device__ __forceinline__ uint64_t* k_empty(int s) const { return bars + 2 + kS + s; }
+  __device__ __forceinline__ uint64_t* v_full(int s) const { return bars + 2 + 2 * kS + s; }
+  __device__ __forceinline__ uint64_t* v_empty(int s) const { return bars + 2 + 3 * kS + s; }
+  __device__ __forceinline__ uint64_t* g_full(int s) const { return bars + 2 + 4 * kS + s; }
+  __device__ __forceinline__ uint64_t* g_empty(int s) const { return bars + 2 + 5 * kS + s; }
 
   __device__ __forceinline__ void init() const {
-    ptx::barrier_init(q_full(), 1);
-    for (int s = 0; s < Tile::kStages; ++s) {
-      ptx::barrier_init(k_full(s), 1), ptx::barrier_init(v_full(s), 1);
+    ptx::barrier_init(q_full(), 1), ptx::barrier_init(q_empty(), kReleasers);
+    for (int s = 0; s < kS; ++s) {
+      ptx::barrier_init(k_full(s), 1), ptx::barrier_init(v_full(s), 1), ptx::barrier_init(g_full(s), 32);
       ptx::barrier_init(k_empty(s), kReleasers), ptx::barrier_init(v_empty(s), kReleasers);
+      ptx::barrier_init(g_empty(s), 128 * Tile::kConsumers);
     }
     ptx::fence_barrier_init();
   }
 
-  // The ring position of the i-th block: its stage and the parity of that stage's i / kStages-th phase.
-  __device__ __forceinline__ static int stage(int i) { return i % Tile::kStages; }
-  __device__ __forceinline__ static uint32_t parity(int i) { return (i / Tile::kStages) & 1; }
-  // A consumer warp is done reading a stage.
+  // Block number b's stage, and the parity of the phase that fills (or, one round on, frees) it.
+  static_assert(kS == 2 || kS == 4, "ring counts wrap at 2^32");
+  __device__ __forceinline__ static int stage(uint32_t b) { return static_cast<int>(b % kS); }
+  __device__ __forceinline__ static uint32_t parity(uint32_t b) { return (b / kS) & 1; }
+  // Before refilling block b's stage: wait until the consumers freed what block b - kS left there. For the first
+  // kStages blocks this is the phase before a fresh barrier's first, which counts as complete.
+  __device__ __forceinline__ static void wait_free(uint64_t* empty, uint32_t b) {
+    ptx::barrier_wait(empty, parity(b) ^ 1);
+  }
+  // A consumer warp is done reading a buffer (every lane: the warp converges before its one arrival).
   __device__ __forceinline__ static void release(uint64_t* bar) {
+    __syncwarp();
     if (threadIdx.x % 32 == 0) ptx::barrier_arrive(bar);
   }
 };
 
-// The producer's lane: Q, then K_0, then (K_i, V_{i-1}) for i = 1.., then the last V; block i is key block
-// last - i (longest-first order inside a tile: the diagonal block comes first).
+// The producer's lane, per item: Q (once the consumers are done with the previous item's), then K_0, then
+// (K_i, V_{i-1}) for i = 1.., then the last V: the order in which the consumers read them. `ring` counts the
+// blocks of earlier items, `tiles` their Q loads.
 template <class T, int kK, int kV>
-__device__ __forceinline__ void produce(const ForwardParams& p, const Stages<kK, kV>& st, int32_t token0, int32_t batch,
-                                        int32_t h, int32_t kvh, int m0, int last, int blocks) {
+__device__ __forceinline__ void produce(const ForwardParams& p, const Stages<kK, kV>& st, const Work& w, uint32_t ring,
+                                        uint32_t tiles) {
   using Tile = ForwardTile<kK, kV>;
+  const int32_t token0 = static_cast<int32_t>(w.seq.start), batch = static_cast<int32_t>(w.seq.batch);
+  const int32_t h = static_cast<int32_t>(w.h), kvh = static_cast<int32_t>(w.h / p.a.group);
+  ptx::barrier_wait(st.q_empty(), (tiles & 1) ^ 1);  // the previous item's Q is read
   ptx::barrier_arrive_expect(st.q_full(), Tile::kQBytes);
   for (int b = 0; b < Tile::kKBlocks; ++b)
-    ptx::tma_load(st.template q<T>() + b * Tile::BM * 64, &p.q_map, {b * 64, token0 + m0, h, batch}, st.q_full());
+    ptx::tma_load(st.template q<T>() + b * Tile::BM * 64, &p.q_map, {b * 64, token0 + w.m0, h, batch}, st.q_full());
   const auto load_k = [&](int i) {
-    const int s = st.stage(i);
-    if (i >= Tile::kStages) ptx::barrier_wait(st.k_empty(s), st.parity(i) ^ 1);
+    const uint32_t b = ring + i;
+    const int s = st.stage(b);
+    st.wait_free(st.k_empty(s), b);
     ptx::barrier_arrive_expect(st.k_full(s), Tile::kKBytes);
-    const int32_t row = token0 + (last - i) * Tile::BN;
-    for (int b = 0; b < Tile::kKBlocks; ++b)
-      ptx::tma_load(st.template k<T>(s) + b * Tile::BN * 64, &p.k_map, {b * 64, row, kvh, batch}, st.k_full(s));
+    const int32_t row = token0 + (w.last - i) * Tile::BN;
+    for (int c = 0; c < Tile::kKBlocks; ++c)
+      ptx::tma_load(st.template k<T>(s) + c * Tile::BN * 64, &p.k_map, {c * 64, row, kvh, batch}, st.k_full(s));
   };
   const auto load_v = [&](int i) {
-    const int s = st.stage(i);
-    if (i >= Tile::kStages) ptx::barrier_wait(st.v_empty(s), st.parity(i) ^ 1);
+    const uint32_t b = ring + i;
+    const int s = st.stage(b);
+    st.wait_free(st.v_empty(s), b);
     ptx::barrier_arrive_expect(st.v_full(s), Tile::kVBytes);
-    const int32_t row = token0 + (last - i) * Tile::BN;
-    for (int b = 0; b < Tile::kVBlocks; ++b)
-      ptx::tma_load(st.template v<T>(s) + b * Tile::BN * 64, &p.v_map, {b * 64, row, kvh, batch}, st.v_full(s));
+    const int32_t row = token0 + (w.last - i) * Tile::BN;
+    for (int c = 0; c < Tile::kVBlocks; ++c)
+      ptx::tma_load(st.template v<T>(s) + c * Tile::BN * 64, &p.v_map, {c * 64, row, kvh, batch}, st.v_full(s));
   };
   load_k(0);
-  for (int i = 1; i < blocks; ++i) load_k(i), load_v(i - 1);
-  load_v(blocks - 1);
+  for (int i = 1; i < w.blocks; ++i) load_k(i), load_v(i - 1);
+  load_v(w.blocks - 1);
 }
 
-// The two consumer warpgroups' turns at the tensor cores (named barriers 1 and 2). Consumer 0 goes first; each
-// issues its GEMMs in its turn and passes the turn on. Every consumer takes the same number of turns, and the
-// last pass of consumer 1 is dropped so that every barrier ends complete.
+// A producer warp stages the gate's key terms of every block, (G_j - G_ref) log2 e with G_ref the cumulative
+// gate at the tile's first row, so the consumers read them from shared memory instead of the prefix sums.
+template <int kK, int kV>
+__device__ __forceinline__ void stage_gate(const AttentionParams& a, const Stages<kK, kV>& st, const Work& w,
+                                           uint32_t ring) {
+  using Tile = ForwardTile<kK, kV>;
+  const float* gc = a.gc_row(w.seq.batch, w.h) + w.seq.start;
+  const float g_ref = gc[w.m0];
+  for (int i = 0; i < w.blocks; ++i) {
+    const uint32_t b = ring + i;
+    const int s = st.stage(b);
+    st.wait_free(st.g_empty(s), b);
+    float* dst = st.gate(s);
+    const int n0 = (w.last - i) * Tile::BN;
+    for (int j = threadIdx.x % 32; j < Tile::BN; j += 32) {
+      const int col = n0 + j;
+      dst[j] = col < w.seq.len ? (gc[col] - g_ref) * kLog2e : 0.f;
+    }
+    ptx::barrier_arrive(st.g_full(s));
+  }
+}
+
+// Two consumer warpgroups take turns at the tensor cores (ping-pong; named barrier 1 + i is consumer i's turn):
+// each issues its GEMMs in its turn and passes the turn on, so one's softmax runs under the other's GEMMs.
+// Consumer 0 goes first; at the end it takes one more turn, the pass of consumer 1's last, so that every barrier
+// ends complete. Three consumers interleave well enough on their own (measured: turns cost them 1-3%).
+template <int kConsumers>
 class Turns {
  public:
   __device__ __forceinline__ explicit Turns(int me) : me_(me) {
-    if (me_ == 1) ptx::named_barrier_arrive(kFirst, 256);
+    if (kOn && me_ == 1) ptx::named_barrier_arrive(kFirst, 256);
   }
-  __device__ __forceinline__ void take() const { ptx::named_barrier_sync(kFirst + me_, 256); }
-  __device__ __forceinline__ void pass(bool last_turn) const {
-    if (!(last_turn && me_ == 1)) ptx::named_barrier_arrive(kFirst + (1 - me_), 256);
+  __device__ __forceinline__ void take() const {
+    if (kOn) ptx::named_barrier_sync(kFirst + me_, 256);
+  }
+  __device__ __forceinline__ void pass() const {
+    if (kOn) ptx::named_barrier_arrive(kFirst + (1 - me_), 256);
+  }
+  __device__ __forceinline__ void finish() const {
+    if (me_ == 0) take();
   }
 
  private:
+  static constexpr bool kOn = kConsumers == 2;
   static constexpr int kFirst = 1;
   const int me_;
 };
@@ -145,17 +271,18 @@ class Consumer {
   static constexpr int kS = BN / 2;  // score accumulators per thread (m64nBN)
   using Probs = uint32_t[BN / 16][4];
 
-  __device__ __forceinline__ Consumer(const ForwardParams& p, const SequenceSpan& seq, int64_t h, int m0, int wg,
-                                      const T* sq)
-      : p_(p.a), seq_(seq), h_(h), row0_(m0 + 64 * wg), sq_(sq + 64 * wg * 64),
+  __device__ __forceinline__ Consumer(const AttentionParams& a, const Work& w, int wg, const T* sq)
+      : p_(a), seq_(w.seq), h_(w.h), row0_(w.m0 + 64 * wg), sq_(sq + 64 * wg * 64),
         lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32),
-        gc_(p.a.has_gate ? p.a.gc_row(seq.batch, h) + seq.start : nullptr),
-        g_ref_(gc_ ? gc_[m0 < seq.len ? m0 : 0] : 0.f) {
+        gc_(a.has_gate ? a.gc_row(w.seq.batch, w.h) + w.seq.start : nullptr),
+        g_ref_(gc_ ? gc_[w.m0] : 0.f) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) rows_[r] = SoftmaxRow{};
 #pragma unroll
     for (int i = 0; i < kO; ++i) o_[i] = 0.f;
   }
+
+  __device__ __forceinline__ bool gated() const { return gc_ != nullptr; }
 
   // Issues S = Q K^T for the key tile `k` as one wgmma group.
   __device__ __forceinline__ void issue_scores(float (&s)[kS], const T* k) const {
@@ -178,20 +305,20 @@ class Consumer {
 
   // Scores of key block n0.. -> unnormalised probabilities in place (fp32), the row sums updated. Returns, per
   // row half, the factor the output accumulated so far must be scaled by (rescale_output, once P V is done).
-  // Scores reach exp2 as fmaf(s, exp_scale, -max); with a gate (or a non-positive scale) they move into the
-  // exp2 domain first, the key part of the gate term split at g_ref (portable/forward_kernel.cuh explains it).
-  __device__ __forceinline__ float2 softmax(float (&s)[kS], int n0, bool masked) {
+  // Scores reach exp2 as fmaf(s, exp_scale, -max); with a gate (`gate`: the block's staged key terms) or a
+  // non-positive scale they move into the exp2 domain first (portable/forward_kernel.cuh explains the split of
+  // the gate term at g_ref).
+  __device__ __forceinline__ float2 softmax(float (&s)[kS], int n0, bool masked, const float* gate) {
     const int g = lane_ / 4, c = lane_ % 4;
     if (prescaled()) {
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = n0 + 8 * j + 2 * c + e;
-          const float gk2 = gc_ ? (gc_[col < seq_.len ? col : 0] - g_ref_) * kLog2e : 0.f;
-          s[4 * j + e] = fmaf(s[4 * j + e], p_.scale_log2, -gk2);
-          s[4 * j + 2 + e] = fmaf(s[4 * j + 2 + e], p_.scale_log2, -gk2);
-        }
+      for (int j = 0; j < BN / 8; ++j) {
+        const float2 gk2 = gate ? *reinterpret_cast<const float2*>(gate + 8 * j + 2 * c) : make_float2(0.f, 0.f);
+        s[4 * j + 0] = fmaf(s[4 * j + 0], p_.scale_log2, -gk2.x);
+        s[4 * j + 1] = fmaf(s[4 * j + 1], p_.scale_log2, -gk2.y);
+        s[4 * j + 2] = fmaf(s[4 * j + 2], p_.scale_log2, -gk2.x);
+        s[4 * j + 3] = fmaf(s[4 * j + 3], p_.scale_log2, -gk2.y);
+      }
     }
     if (masked) {
       const unsigned bound = distance_bound(p_.window);
@@ -280,67 +407,83 @@ class Consumer {
   float o_[kO];
 };
 
-// A consumer's main loop over the tile's `blocks` key blocks (block i is key block last - i).
+// A consumer's main loop over one item's key blocks (`ring`: blocks of earlier items, `tiles`: their Q loads).
+// Q is released once the last scores are done, so the producer loads the next item's Q under the last P V and
+// the epilogue.
 template <class T, int kK, int kV>
-__device__ __forceinline__ void consume(Consumer<T, kK, kV>& c, const Stages<kK, kV>& st, const Turns& turns,
-                                        int m0, int last, int blocks, int len, int window) {
+__device__ __forceinline__ void consume(Consumer<T, kK, kV>& c, const Stages<kK, kV>& st,
+                                        const Turns<ForwardTile<kK, kV>::kConsumers>& turns,
+                                        const Work& w, uint32_t ring, uint32_t tiles, int window) {
   using Tile = ForwardTile<kK, kV>;
   using C = Consumer<T, kK, kV>;
   const auto needs_mask = [&](int i) {
-    const int n = last - i;
-    return block_needs_mask(m0, m0 + Tile::BM, n * Tile::BN, (n + 1) * Tile::BN, len, window);
+    const int n = w.last - i;
+    return block_needs_mask(w.m0, w.m0 + Tile::BM, n * Tile::BN, (n + 1) * Tile::BN, w.seq.len, window);
+  };
+  // The gate's staged terms of block number b (nullptr without a gate), and their release after the softmax.
+  const auto gate_of = [&](uint32_t b) -> const float* {
+    if (!c.gated()) return nullptr;
+    ptx::barrier_wait(st.g_full(st.stage(b)), st.parity(b));
+    return st.gate(st.stage(b));
+  };
+  const auto gate_done = [&](uint32_t b) {
+    if (c.gated()) ptx::barrier_arrive(st.g_empty(st.stage(b)));  // every consumer thread read the terms
   };
   float s[C::kS];
   typename C::Probs pa;
 
-  ptx::barrier_wait(st.q_full(), 0);
-  ptx::barrier_wait(st.k_full(0), 0);
+  ptx::barrier_wait(st.q_full(), tiles & 1);
+  ptx::barrier_wait(st.k_full(st.stage(ring)), st.parity(ring));
   turns.take();
   ptx::wgmma_fence();
-  c.issue_scores(s, st.template k<T>(0));
-  turns.pass(false);
+  c.issue_scores(s, st.template k<T>(st.stage(ring)));
+  turns.pass();
   ptx::wgmma_wait<0>();
   ptx::wgmma_hold(s);
-  st.release(st.k_empty(0));
-  c.softmax(s, last * Tile::BN, needs_mask(0));  // nothing accumulated yet: no factor to apply
+  st.release(st.k_empty(st.stage(ring)));
+  if (w.blocks == 1) st.release(st.q_empty());
+  c.softmax(s, w.last * Tile::BN, needs_mask(0), gate_of(ring));  // nothing accumulated yet: no factor to apply
+  gate_done(ring);
   C::to_operand(s, pa);
 
-  for (int i = 1; i < blocks; ++i) {
-    const int k_stage = st.stage(i), v_stage = st.stage(i - 1);
-    ptx::barrier_wait(st.k_full(k_stage), st.parity(i));
-    ptx::barrier_wait(st.v_full(v_stage), st.parity(i - 1));
+  for (int i = 1; i < w.blocks; ++i) {
+    const uint32_t kb = ring + i, vb = kb - 1;
+    ptx::barrier_wait(st.k_full(st.stage(kb)), st.parity(kb));
+    ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
     turns.take();
     ptx::wgmma_fence();
-    c.issue_scores(s, st.template k<T>(k_stage));
-    c.issue_pv(pa, st.template v<T>(v_stage));
-    turns.pass(false);
+    c.issue_scores(s, st.template k<T>(st.stage(kb)));
+    c.issue_pv(pa, st.template v<T>(st.stage(vb)));
+    turns.pass();
     ptx::wgmma_wait<1>();
     ptx::wgmma_hold(s);
-    st.release(st.k_empty(k_stage));
-    const float2 factor = c.softmax(s, (last - i) * Tile::BN, needs_mask(i));
+    st.release(st.k_empty(st.stage(kb)));
+    if (i == w.blocks - 1) st.release(st.q_empty());
+    const float2 factor = c.softmax(s, (w.last - i) * Tile::BN, needs_mask(i), gate_of(kb));
+    gate_done(kb);
     ptx::wgmma_wait<0>();
     c.hold_output();
-    st.release(st.v_empty(v_stage));
+    st.release(st.v_empty(st.stage(vb)));
     c.rescale_output(factor);
     C::to_operand(s, pa);
   }
 
-  const int v_stage = st.stage(blocks - 1);
-  ptx::barrier_wait(st.v_full(v_stage), st.parity(blocks - 1));
+  const uint32_t vb = ring + w.blocks - 1;
+  ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
   turns.take();
   ptx::wgmma_fence();
-  c.issue_pv(pa, st.template v<T>(v_stage));
-  turns.pass(true);
+  c.issue_pv(pa, st.template v<T>(st.stage(vb)));
+  turns.pass();
   ptx::wgmma_wait<0>();
   c.hold_output();
-  st.release(st.v_empty(v_stage));
+  st.release(st.v_empty(st.stage(vb)));
 }
 
 }  // namespace detail
 
-// One CTA per (query tile of 128 rows, query head), longest tiles first.
+// A persistent grid (one CTA per SM) over the (query tile of BM rows, query head) items, longest first.
 template <class T, int kK, int kV>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(ForwardTile<kK, kV>::kThreads, 1)
     forward_kernel(const __grid_constant__ ForwardParams p, const __grid_constant__ TileSchedule sched) {
 #if FG_HOPPER_BODY
   using Tile = ForwardTile<kK, kV>;
@@ -348,50 +491,57 @@ __global__ void __launch_bounds__(384, 1)
   extern __shared__ unsigned char raw[];
   __shared__ alignas(8) uint64_t bars[Stages::kBarriers];
   const Stages st{reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023}), bars};
-
-  const AttentionParams& a = p.a;
-  const int64_t h = blockIdx.x % a.HQ;
-  const TileMapEntry t = tile_longest_first(sched, blockIdx.x / a.HQ);
-  if (t.seq < 0) return;
-  const SequenceSpan seq = sequence_span(a, t.seq);
-  const int m0 = t.tile * Tile::BM;
-  if (m0 >= seq.len) return;
-  const int rows = min(Tile::BM, seq.len - m0);
-  const KeySpan keys = keys_seen_by_rows(m0, m0 + rows, seq.len, a.window);
-  const int first = keys.empty() ? 0 : keys.begin / Tile::BN, last = keys.empty() ? -1 : (keys.end - 1) / Tile::BN;
-  const int blocks = last - first + 1;
-
   if (threadIdx.x == 0) st.init();
   __syncthreads();
 
-  const int wg = ptx::warpgroup_index();
-  if (wg == 0) {
-    ptx::setmaxnreg_dec<24>();
-    if (threadIdx.x < 32 && ptx::elect_one() && blocks > 0)
-      detail::produce<T>(p, st, static_cast<int32_t>(seq.start), static_cast<int32_t>(seq.batch),
-                         static_cast<int32_t>(h), static_cast<int32_t>(h / a.group), m0, last, blocks);
+  // Nothing stays live across setmaxnreg (ptxas would spill it): each role derives what it needs afterwards.
+  if (threadIdx.x < 128) {
+    ptx::setmaxnreg_dec<Tile::kProducerRegs>();
+    const int warp = threadIdx.x / 32;
+    if (warp == 0 && ptx::elect_one()) {
+      uint32_t ring = 0, tiles = 0;
+      detail::for_each_work<Tile::BM, Tile::BN>(p, sched, [&](const detail::Work& w) {
+        if (w.blocks <= 0) return;
+        detail::produce<T>(p, st, w, ring, tiles);
+        ring += w.blocks, ++tiles;
+      });
+    } else if (warp == 1 && p.a.has_gate) {
+      uint32_t ring = 0;
+      detail::for_each_work<Tile::BM, Tile::BN>(p, sched, [&](const detail::Work& w) {
+        if (w.blocks <= 0) return;
+        detail::stage_gate(p.a, st, w, ring);
+        ring += w.blocks;
+      });
+    }
     return;
   }
 
-  ptx::setmaxnreg_inc<240>();
-  detail::Consumer<T, kK, kV> consumer(p, seq, h, m0, wg - 1, st.template q<T>());
-  if (blocks > 0) {
-    const detail::Turns turns(wg - 1);
-    detail::consume(consumer, st, turns, m0, last, blocks, seq.len, a.window);
-  }
-  consumer.epilogue();
+  ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
+  const detail::Turns<Tile::kConsumers> turns(ptx::warpgroup_index() - 1);
+  uint32_t ring = 0, tiles = 0;
+  detail::for_each_work<Tile::BM, Tile::BN>(p, sched, [&](const detail::Work& w) {
+    if (!w.valid) return;
+    detail::Consumer<T, kK, kV> consumer(p.a, w, ptx::warpgroup_index() - 1, st.template q<T>());
+    if (w.blocks > 0) {
+      detail::consume(consumer, st, turns, w, ring, tiles, p.a.window);
+      ring += w.blocks, ++tiles;
+    }
+    consumer.epilogue();
+  });
+  turns.finish();
 #endif
 }
 
 template <class T, int kK, int kV>
-void launch_forward(const ForwardParams& p, const TileSchedule& sched, CUstream_st* stream) {
+void launch_forward(const ForwardParams& p, const TileSchedule& sched, int sm_count, CUstream_st* stream) {
   using Tile = ForwardTile<kK, kV>;
   const int64_t items = sched.num_tiles * p.a.HQ;
   if (items == 0) return;
   const auto kernel = forward_kernel<T, kK, kV>;
   FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(Tile::smem_bytes())));
-  kernel<<<static_cast<unsigned>(items), Tile::kThreads, Tile::smem_bytes(), stream>>>(p, sched);
+  const unsigned ctas = static_cast<unsigned>(items < sm_count ? items : sm_count);
+  kernel<<<ctas, Tile::kThreads, Tile::smem_bytes(), stream>>>(p, sched);
   FLASHGATE_CHECK_LAUNCH("hopper forward_kernel");
 }
 #endif  // __CUDACC__

@@ -84,11 +84,10 @@ const BackendImpl* cuda_backend() {
 namespace {
 
 // The `hopper` backend: the sm_90a kernels of src/cuda/hopper. It serves the training forward for the shapes its
-// kernels take (host/hopper_forward.cpp); `auto` does not pick it while it is in development.
+// kernels take (host/hopper_forward.cpp); `auto` tries it before the portable kernels.
 class HopperBackend final : public BackendImpl {
  public:
   Backend id() const override { return Backend::hopper; }
-  bool in_auto() const override { return false; }
 
   std::string cannot_run(const ForwardArgs& a, const AttentionProblem& p) const override {
     std::string why = hopper_refusal(a);

@@ -18,6 +18,7 @@
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/workspace.h"
 #include "cuda/host/attention_params.h"
+#include "cuda/host/device_facts.h"
 #include "cuda/portable/backward_kernels.h"
 #include "flashgate/error.h"
 
@@ -30,22 +31,6 @@ using cuda::TileMapEntry;
 using cuda::TileSchedule;
 using cuda::bwd::BackwardParams;
 using cuda::bwd::TileSizes;
-
-struct DeviceLimits {
-  int sms = 1;
-  int smem_optin = 0;   // bytes of shared memory one block may opt in to
-  int smem_per_sm = 0;  // bytes of shared memory of one SM (all its blocks)
-  int major = 0;        // compute capability
-};
-
-DeviceLimits device_limits(int device) {
-  DeviceLimits d;
-  FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
-  FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device));
-  return d;
-}
 
 // Makes `device` current for the launches and restores the caller's device afterwards.
 class DeviceGuard {
@@ -104,7 +89,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Chooses the path and, for the MMA path, the column slices and how many CTAs share a kv head's query
 // heads (p.head_parts): split only while the grid would leave SMs idle.
-Plan make_plan(BackwardParams& p, const DeviceLimits& dev) {
+Plan make_plan(BackwardParams& p, const DeviceFacts& dev) {
   Plan plan;
   p.head_parts = 1;
   if (p.a.dtype == ElementType::f32) return plan;
@@ -235,7 +220,7 @@ std::string backward_refusal(const BackwardArgs&, const detail::AttentionProblem
 
 size_t backward_workspace(const BackwardArgs& args, const detail::AttentionProblem& prob) {
   BackwardParams p = make_params(args, prob);
-  const Plan plan = make_plan(p, device_limits(args.q.device_index));
+  const Plan plan = make_plan(p, device_facts(args.q.device_index));
   cuda::WorkspaceCarver w;
   carve(p, plan, w);
   return w.bytes() + cuda::WorkspaceCarver::kAlign;  // room to align the caller's base (launch_backward)
@@ -244,7 +229,7 @@ size_t backward_workspace(const BackwardArgs& args, const detail::AttentionProbl
 void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& prob, const Launch& launch) {
   DeviceGuard device(args.q.device_index);
   BackwardParams p = make_params(args, prob);
-  const Plan plan = make_plan(p, device_limits(args.q.device_index));
+  const Plan plan = make_plan(p, device_facts(args.q.device_index));
   // Carving starts at the caller's base rounded up to kAlign, so every piece is kAlign-aligned whatever the
   // caller passed (the dK/dV kernel's 16-byte vector atomics into dq_acc rely on it).
   constexpr size_t kAlign = cuda::WorkspaceCarver::kAlign;

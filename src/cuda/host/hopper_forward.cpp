@@ -3,12 +3,14 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "cuda/common/gate.h"
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/workspace.h"
 #include "cuda/host/attention_params.h"
+#include "cuda/host/device_facts.h"
 #include "cuda/host/tensor_map.h"
 #include "cuda/hopper/forward.h"
 
@@ -17,7 +19,26 @@ namespace {
 
 using cuda::hopper::ForwardTile;
 using cuda::hopper::HeadDimBuckets;
-constexpr int kTileRows = ForwardTile<64, 64>::BM;
+
+// Calls f(ForwardTile<kK, kV>{}) for the bucket pair `b` (one that forward_buckets returns).
+template <class F>
+void with_tile(HeadDimBuckets b, F&& f) {
+  if (b.k == 64) f(ForwardTile<64, 64>{});
+  else if (b.k == 128) f(ForwardTile<128, 128>{});
+  else if (b.k == 192) f(ForwardTile<192, 128>{});
+  else f(ForwardTile<256, 256>{});
+}
+
+struct TileRows {
+  int queries = 0, keys = 0;  // rows of a query tile and of a key block
+};
+TileRows tile_rows(const cuda::AttentionParams& p) {
+  TileRows r;
+  with_tile(cuda::hopper::forward_buckets(p.K, p.V), [&](auto tile) {
+    r.queries = decltype(tile)::BM, r.keys = decltype(tile)::BN;
+  });
+  return r;
+}
 
 // A [B, T, heads, D] tensor as a 4-D tensor map (D, T, heads, B) with boxes of 64 dims x `rows` rows (zeros past
 // D fill a bucket's padding). Axes of extent 1 take the stride of a packed layout: theirs is never used, and TMA
@@ -38,7 +59,7 @@ cuda::TensorMapShape token_head_shape(const Tensor& t, int rows) {
 }
 
 bool tma_ready(const Tensor& t) {
-  return cuda::tensor_map_aligned(t.data, cuda::element_type(t.dtype), token_head_shape(t, kTileRows));
+  return cuda::tensor_map_aligned(t.data, cuda::element_type(t.dtype), token_head_shape(t, 64));
 }
 
 struct Scratch {
@@ -51,26 +72,21 @@ Scratch carve(const cuda::AttentionParams& p, void* base) {
   cuda::WorkspaceCarver w(base);
   Scratch s;
   s.gc = w.take<float>(cuda::gate_prefix_elements(p));
-  s.map = w.take<cuda::TileMapEntry>(cuda::tile_map_entries(p, kTileRows));
+  s.map = w.take<cuda::TileMapEntry>(cuda::tile_map_entries(p, tile_rows(p).queries));
   s.bytes = w.bytes();
   return s;
 }
 
-// Key rows per block of the bucket pair (the K and V maps' box height).
-int key_block_rows(HeadDimBuckets b) {
-  if (b.k == 64) return ForwardTile<64, 64>::BN;
-  if (b.k == 128) return ForwardTile<128, 128>::BN;
-  if (b.k == 192) return ForwardTile<192, 128>::BN;
-  return ForwardTile<256, 256>::BN;
-}
-
-template <class T>
-void launch_of_buckets(HeadDimBuckets b, const cuda::hopper::ForwardParams& p, const cuda::TileSchedule& sched,
-                       CUstream_st* stream) {
-  if (b.k == 64) cuda::hopper::launch_forward<T, 64, 64>(p, sched, stream);
-  else if (b.k == 128) cuda::hopper::launch_forward<T, 128, 128>(p, sched, stream);
-  else if (b.k == 192) cuda::hopper::launch_forward<T, 192, 128>(p, sched, stream);
-  else cuda::hopper::launch_forward<T, 256, 256>(p, sched, stream);
+// The (sequence, query head) pairs of one section of the dense item order: whole kv groups whose K and V take
+// about half of L2, so that the tiles running at one time read K/V blocks other CTAs brought in. A section keeps
+// at least four items per CTA: the grid runs each section longest tile first, and fewer rounds would leave a
+// section's long tiles to start late.
+int section_heads(const cuda::AttentionParams& p, const DeviceFacts& dev, int tile_rows) {
+  const int64_t kv_head_bytes = std::max<int64_t>(1, p.T * (p.K + p.V) * 2);
+  const int64_t tiles = std::max<int64_t>(1, (p.T + tile_rows - 1) / tile_rows);
+  const int64_t fit = std::max<int64_t>(1, dev.l2_bytes / 2 / kv_head_bytes);
+  const int64_t busy = (4 * static_cast<int64_t>(dev.sms) + tiles * p.group - 1) / (tiles * p.group);
+  return static_cast<int>(std::min(std::max(fit, busy) * p.group, std::max<int64_t>(p.B * p.HQ, 1)));
 }
 
 }  // namespace
@@ -99,15 +115,20 @@ void launch_hopper_forward(const ForwardArgs& a, const detail::AttentionProblem&
     p.a.gc = s.gc;
     cuda::launch_gate_prefix_sum(p.a, s.gc, launch.stream);
   }
-  const HeadDimBuckets buckets = cuda::hopper::forward_buckets(p.a.K, p.a.V);
+  const TileRows rows = tile_rows(p.a);
   const cuda::ElementType type = cuda::element_type(a.q.dtype);
-  p.q_map = cuda::make_tensor_map(a.q.data, type, token_head_shape(a.q, kTileRows));
-  p.k_map = cuda::make_tensor_map(a.k.data, type, token_head_shape(a.k, key_block_rows(buckets)));
-  p.v_map = cuda::make_tensor_map(a.v.data, type, token_head_shape(a.v, key_block_rows(buckets)));
-  const cuda::TileSchedule sched = cuda::make_tile_schedule(p.a, kTileRows, s.map);
+  p.q_map = cuda::make_tensor_map(a.q.data, type, token_head_shape(a.q, rows.queries));
+  p.k_map = cuda::make_tensor_map(a.k.data, type, token_head_shape(a.k, rows.keys));
+  p.v_map = cuda::make_tensor_map(a.v.data, type, token_head_shape(a.v, rows.keys));
+  const cuda::TileSchedule sched = cuda::make_tile_schedule(p.a, rows.queries, s.map);
   cuda::launch_build_tile_map(p.a, sched, s.map, launch.stream);
-  if (a.q.dtype == DType::f16) launch_of_buckets<__half>(buckets, p, sched, launch.stream);
-  else launch_of_buckets<__nv_bfloat16>(buckets, p, sched, launch.stream);
+  const DeviceFacts dev = device_facts(a.q.device_index);
+  p.section_heads = section_heads(p.a, dev, rows.queries);
+  with_tile(cuda::hopper::forward_buckets(p.a.K, p.a.V), [&](auto tile) {
+    using Tile = decltype(tile);
+    if (a.q.dtype == DType::f16) cuda::hopper::launch_forward<__half, Tile::kKDim, Tile::kVDim>(p, sched, dev.sms, launch.stream);
+    else cuda::hopper::launch_forward<__nv_bfloat16, Tile::kKDim, Tile::kVDim>(p, sched, dev.sms, launch.stream);
+  });
 }
 
 }  // namespace flashgate::host

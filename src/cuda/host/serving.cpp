@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 #include <string>
 
 #include "cuda/common/cuda_check.h"
@@ -17,6 +16,7 @@
 #include "cuda/common/serving_splits.h"
 #include "cuda/common/workspace.h"
 #include "cuda/host/attention_params.h"
+#include "cuda/host/device_facts.h"
 #include "cuda/host/overrides.h"
 #include "cuda/portable/paged_launch.h"
 
@@ -44,32 +44,6 @@ using cuda::SliceProblem;
 using cuda::split_model_slots;
 
 constexpr int kShortQueryTokens = 4;     // split-KV only for decode and queries of <= 4 tokens per sequence
-
-struct DeviceFacts {
-  int sms = 1;
-  int smem_per_sm = 0;
-  int smem_per_block_optin = 0;
-  int major = 0;  // compute capability
-};
-
-DeviceFacts device_facts(int device) {
-  static std::mutex mutex;
-  static DeviceFacts cache[64];
-  static bool known[64] = {};
-  const int slot = device >= 0 && device < 64 ? device : 0;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!known[slot]) {
-    DeviceFacts f;
-    FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&f.sms, cudaDevAttrMultiProcessorCount, device));
-    FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&f.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-    FLASHGATE_CUDA_CHECK(
-        cudaDeviceGetAttribute(&f.smem_per_block_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&f.major, cudaDevAttrComputeCapabilityMajor, device));
-    cache[slot] = f;
-    known[slot] = true;
-  }
-  return cache[slot];
-}
 
 // The forced choices of cuda::serving_overrides(), within their ranges (0: the planner decides).
 int forced_splits() { return std::clamp(cuda::serving_overrides().num_splits, 0, kMaxKeySlices); }
@@ -195,10 +169,10 @@ ServingPlan make_plan(const ServingParams& p, const PlanInputs& in, int device) 
   const DeviceFacts dev = device_facts(device);
   const cuda::PagedKernelShape shape = entry->shape();
   // Pipeline depth (choose_stages); two CTAs per SM bound the shared memory (1 KB per CTA is reserved).
-  const int budget = std::min(dev.smem_per_block_optin, dev.smem_per_sm / 2 - 1024);
+  const int budget = std::min(dev.smem_optin, dev.smem_per_sm / 2 - 1024);
   const int stages = choose_stages([&](int s) { return shape.smem_bytes(s); },
                                    [&](int s) { return entry->occupancy(s, device); }, budget,
-                                   dev.smem_per_block_optin, shape.target_ctas_per_sm, forced_stages(),
+                                   dev.smem_optin, shape.target_ctas_per_sm, forced_stages(),
                                    shape.shallow_ring);
   if (stages == 0) return plan;
   const int ctas_per_sm = entry->occupancy(stages, device);

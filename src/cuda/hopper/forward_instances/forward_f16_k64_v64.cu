@@ -5,5 +5,6 @@
 #include "cuda/hopper/forward_kernel.cuh"
 
 namespace flashgate::cuda::hopper {
-template void launch_forward<__half, 64, 64>(const ForwardParams&, const TileSchedule&, CUstream_st*);
+template void launch_forward<__half, 64, 64>(const ForwardParams&, const TileSchedule&, int,
+                                                 CUstream_st*);
 }  // namespace flashgate::cuda::hopper
