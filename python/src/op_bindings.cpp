@@ -15,8 +15,8 @@
 
 // The part of every op's docstring about how it runs.
 #define FLASHGATE_CALL_DOC                                                                                  \
-    "backend: 'auto', 'cpu', 'cuda', or 'hopper' (sm90a kernels, when built with FLASHGATE_HOPPER=ON; "    \
-    "forced only while in development). "                                                                   \
+    "backend: 'auto', 'cpu', 'cuda', or 'hopper' (sm90a kernels, where built; 'auto' takes them on sm_90 " \
+    "for what they serve). "                                                                                \
     "stream: the CUDA stream as an integer (0 = default). "                                                 \
     "workspace: None, a writable buffer of at least *_workspace_size() bytes, or a callable nbytes -> buffer. " \
     "validate: read index tensors that live on the GPU to check them (synchronises; turn off under CUDA-graph " \
