@@ -15,7 +15,7 @@
 
 // The part of every op's docstring about how it runs.
 #define FLASHGATE_CALL_DOC                                                                                  \
-    "backend: 'auto', 'cpu', 'cuda', or 'hopper' (sm90a kernels, where built; 'auto' takes them on sm_90 " \
+    "backend: 'auto', 'cpu', 'cuda', or 'hopper' (sm90a kernels, when built; 'auto' takes them on sm_90 "  \
     "for what they serve). "                                                                                \
     "stream: the CUDA stream as an integer (0 = default). "                                                 \
     "workspace: None, a writable buffer of at least *_workspace_size() bytes, or a callable nbytes -> buffer. " \
