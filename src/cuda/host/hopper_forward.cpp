@@ -96,6 +96,10 @@ std::string hopper_forward_refusal(const ForwardArgs& a, const detail::Attention
   if (cuda::hopper::forward_buckets(p.K, p.V).k == 0) return "takes head dims K and V up to 256 so far";
   if (p.K % 8 != 0 || p.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (p.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
+  // The kernel numbers its (query tile, head) items and (sequence, head) pairs in 32 bits; an upper bound of both.
+  const int64_t tiles = (p.T + 63) / 64 + p.num_seqs;
+  if (tiles * p.HQ > std::numeric_limits<int32_t>::max() || p.B * p.HQ > std::numeric_limits<int32_t>::max())
+    return "takes fewer than 2^31 (query tile, head) items";
   for (const Tensor* t : {&a.q, &a.k, &a.v})
     if (!tma_ready(*t)) return "needs q, k and v with 16-byte aligned rows and strides (its tensor maps)";
   if (cuda::row_copy_width(a.o) < 16) return "needs o with 16-byte aligned rows";
