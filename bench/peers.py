@@ -5,6 +5,7 @@ peers that want [B,H,T,D] get inputs prepared in their own layout ahead of timin
 kernel is timed.
 """
 import math
+import os
 import sys
 
 import torch
@@ -117,6 +118,38 @@ def flex(row, t):
         return _flex_compiled(q, k, v, score_mod=score_mod, block_mask=block_mask,
                               enable_gqa=gqa).transpose(1, 2)
     return probed(fwd)
+
+
+def fa4_training(path):
+    """flash-attn-4 (CuTe DSL) from an install directory given as --fa4 PATH: causal, windows, learnable sinks,
+    GQA, K != V and packed sequences (varlen); no forget gate. Takes flashgate's [B,T,H,D] layout as it is."""
+    def build(row, t):
+        # The CuTe DSL's packages sit beside it; its .pth file (which a --target install skips) would add them.
+        dsl = os.path.join(path, "nvidia_cutlass_dsl", "dsl_packages") if path else ""
+        if dsl and dsl not in sys.path:
+            sys.path.insert(0, dsl)
+        func = import_from(path, "--fa4", "flash_attn.cute.interface", "flash_attn_func")
+        varlen = import_from(path, "--fa4", "flash_attn.cute.interface", "flash_attn_varlen_func")
+        if row.gate:
+            raise CannotRun("FA4 has no forget gate (a score_mod has no gradient for it)")
+        window = (row.window - 1, 0) if row.window is not None else (None, None)
+        sink = t.get("sink")
+        q, k, v = t["q"], t["k"], t["v"]
+
+        def first(r):
+            return r[0] if isinstance(r, tuple) else r
+        if row.packed:
+            cu, longest = t["cu_seqlens"], max(row.packed)
+
+            def fwd():
+                return first(varlen(q[0], k[0], v[0], cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest,
+                                    max_seqlen_k=longest, causal=True, window_size=window,
+                                    learnable_sink=sink)).unsqueeze(0)
+        else:
+            def fwd():
+                return first(func(q, k, v, causal=True, window_size=window, learnable_sink=sink))
+        return probed(fwd)
+    return build
 
 
 def fla_training(path):

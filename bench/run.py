@@ -258,6 +258,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--fla", default="", help="path of a flash-linear-attention checkout (optional)")
     ap.add_argument("--vllm", default="", help="path of a vLLM checkout (optional)")
+    ap.add_argument("--fa4", default="", help="directory flash-attn-4 is installed in (pip --target; optional)")
     ap.add_argument("--rows", default="", help="only rows whose name contains one of these '|'-separated texts")
     ap.add_argument("--peers", default="cuDNN,FA2,flex,FLA",
                     help="training peers to run beside flashgate (FLA needs --fla; flex compiles take time)")
@@ -273,7 +274,8 @@ def main():
     out = {"env": measure.environment(sys.argv), "ceilings": measure.ceilings()}
     # Peers that need a checkout path the command did not give: named in the report, not silently absent.
     out["peers_not_given"] = [f"{name} (no {flag} PATH)" for name, flag, path in
-                              (("FLA Triton / FLA decode", "--fla", args.fla), ("vLLM paged", "--vllm", args.vllm))
+                              (("FLA Triton / FLA decode", "--fla", args.fla), ("vLLM paged", "--vllm", args.vllm),
+                               ("FA4", "--fa4", args.fa4))
                               if not path]
     log(f"env: {out['env']}\nceilings: {out['ceilings']}")
     contenders = {"flashgate": peers.flashgate_training}
@@ -283,6 +285,8 @@ def main():
     contenders.update({n: b for n, b in peers.TRAINING_PEERS.items() if n in wanted})
     if args.fla and "FLA" in wanted:
         contenders["FLA Triton"] = peers.fla_training(args.fla)
+    if args.fa4:
+        contenders["FA4"] = peers.fa4_training(args.fa4)
     try:
         if args.only != "serving":
             out["training"] = []
