@@ -34,16 +34,17 @@ struct DkdvTile {
   static constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr bool kDqSplitsColumns = kD >= 128;
   static constexpr uint32_t kKBytes = BN * kD * 2, kQBytes = BM * kD * 2, kDsBytes = BN * BM * 2;
-  static constexpr uint32_t kTermBytes = 2 * BM * 4;  // lse (log2 domain) and D of a step's rows
+  static constexpr uint32_t kTermBytes = 2 * BM * 4;  // the row offset (log2 domain) and D of a step's rows
+  static constexpr uint32_t kSumBytes = 2 * 2 * 8 * BM * 4;  // E and mass partials per consumer warp, two buffers
   static constexpr size_t smem_bytes() {
-    return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kDsBytes + kStages * kTermBytes + 1024;
+    return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kDsBytes + kStages * kTermBytes + kSumBytes + 1024;
   }
   static_assert(kD == 64 || kD == 128, "head dims of the Hopper backward");
   static_assert(smem_bytes() <= 227 * 1024, "the Hopper backward's buffers exceed shared memory");
 };
 
-// Launches the dK/dV kernel of bucket kD (K, V <= kD) over the key tiles `keys` (tile_rows BN). Instantiated per
-// (T, kD) in backward_instances/.
+// Launches the dK/dV kernel of bucket kD (K, V <= kD) over the key tiles `keys` (tile_rows BN), with the row sums
+// where p.b.needs_row_sums(). Instantiated per (T, kD) in backward_instances/.
 template <class T, int kD>
 void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, CUstream_st* stream);
 

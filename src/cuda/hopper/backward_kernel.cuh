@@ -1,13 +1,13 @@
-// The Hopper key-major backward kernel (sm_90a) for fp16/bf16 without row sums (no gate, no sink) in the default
-// (atomic dQ) mode: dK, dV of one key tile and one kv head, dQ added into the fp32 accumulator. Its shape is
-// backward.h's DkdvTile.
+// The Hopper key-major backward kernel (sm_90a) for fp16/bf16 in the default (atomic dQ) mode: dK, dV of one key
+// tile and one kv head, dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row sums E
+// (and, with a gate, the mass) by atomics and the gate's column sums of dS. Its shape is backward.h's DkdvTile.
 //
 // Warpgroup 0 produces: one elected lane loads K and V once and streams each step's Q and dO tiles through a
-// two-stage ring with TMA; a second warp stages the step's row terms (lse in the log2 domain, +inf where a row
-// takes no probability; D) into a ring beside them. Warpgroups 1 and 2 consume, 64 keys each.
+// two-stage ring with TMA; a second warp stages the step's row terms ((lse - Gc) in the log2 domain, +inf where a
+// row takes no probability; D) into a ring beside them. Warpgroups 1 and 2 consume, 64 keys each.
 //
 // Shared memory: K, V [kD/64][128 keys][64]; per stage Q, dO [kD/64][64 rows][64]; dS^T [2][128 keys][64 rows];
-// the terms [stage][lse | D][64]. Every 64-column block 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h
+// the terms [stage][lse | D][64]; with kRowSums the E and mass partials [2][warp][64]. Every 64-column block 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h
 // has the layouts); dS^T is written by the consumers in that same swizzle.
 #pragma once
 
@@ -105,11 +105,13 @@ struct Buffers {
   __device__ __forceinline__ T* ds(int buffer) const {
     return reinterpret_cast<T*>(base + 2 * Tile::kKBytes + kS * 2 * Tile::kQBytes + buffer * Tile::kDsBytes);
   }
-  // lse2[BM] then D[BM] of stage s.
+  // The row offsets r[BM] then D[BM] of stage s.
   __device__ __forceinline__ float* terms(int s) const {
     return reinterpret_cast<float*>(base + 2 * Tile::kKBytes + kS * 2 * Tile::kQBytes + 2 * Tile::kDsBytes) +
            s * 2 * Tile::BM;
   }
+  // The consumer warps' partial E and mass of a step's queries, [buffer][E | mass][8 warps][BM].
+  __device__ __forceinline__ float* sums(int buffer) const { return terms(kS) + buffer * 2 * 8 * Tile::BM; }
   __device__ __forceinline__ uint64_t* kv_full() const { return bars; }
   __device__ __forceinline__ uint64_t* q_full(int s) const { return bars + 1 + s; }
   __device__ __forceinline__ uint64_t* q_empty(int s) const { return bars + 1 + kS + s; }
@@ -162,8 +164,9 @@ __device__ __forceinline__ void produce(const DkdvParams& p, const Buffers<kD>& 
   }
 }
 
-// A producer warp stages each step's row terms: lse2 = lse log2 e (+inf where the row takes no probability: past
-// the sequence, or a row that sees no key) and D.
+// A producer warp stages each step's row terms: the row offset r = (lse - Gc) log2 e, so that P = exp2(s scale
+// log2 e - r - Gc_key log2 e) (+inf where the row takes no probability: past the sequence, or a row that sees no
+// key), and D.
 template <int kD>
 __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const Buffers<kD>& buf, const KeyWork& w) {
   using Tile = DkdvTile<kD>;
@@ -173,11 +176,12 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
     const int s = buf.stage(it);
     buf.wait_free(buf.t_empty(s), it);
     const int64_t base = p.row_index(w.seq.batch, st.h, w.seq.start);
+    const float* gc = p.a.has_gate ? p.a.gc_row(w.seq.batch, st.h) + w.seq.start : nullptr;
     float* dst = buf.terms(s);
     for (int r = lane; r < Tile::BM; r += 32) {
       const int i = st.i0 + r;
       const float lse = i < w.seq.len ? p.lse[base + i] : -INFINITY;
-      dst[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+      dst[r] = lse == -INFINITY ? INFINITY : (lse - (gc ? gc[i] : 0.f)) * kLog2e;
       dst[Tile::BM + r] = i < w.seq.len ? p.D[base + i] : 0.f;
     }
     ptx::barrier_arrive(buf.t_full(s));
@@ -185,7 +189,7 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
 }
 
 // One consumer warpgroup: keys j0 + 64 me .. + 63 of the tile.
-template <class T, int kD>
+template <class T, int kD, bool kRowSums>
 class Consumer {
   using Tile = DkdvTile<kD>;
   static constexpr int BM = Tile::BM, BN = Tile::BN;
@@ -200,6 +204,17 @@ class Consumer {
       : p_(p), w_(w), me_(me), lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) dk_[i] = 0.f, dv_[i] = 0.f;
+  }
+
+  // This thread's two keys (rows g and g + 8 of its warp's 16).
+  __device__ __forceinline__ int key(int half) const { return w_.j0 + 64 * me_ + 16 * warp_ + lane_ / 4 + 8 * half; }
+
+  // kRowSums: the gate's key terms Gc_key log2 e of this thread's keys for query head h (0 without a gate).
+  __device__ __forceinline__ float2 key_terms(int64_t h) const {
+    if (!kRowSums || !p_.a.has_gate) return make_float2(0.f, 0.f);
+    const float* gc = p_.a.gc_row(w_.seq.batch, h) + w_.seq.start;
+    const int k0 = key(0), k1 = key(1);
+    return make_float2(k0 < w_.seq.len ? gc[k0] * kLog2e : 0.f, k1 < w_.seq.len ? gc[k1] * kLog2e : 0.f);
   }
 
   // S^T = K Q^T and dP^T = V dO^T for this consumer's keys, as one wgmma group.
@@ -220,23 +235,68 @@ class Consumer {
   }
 
   // s -> P^T, dp -> dS^T = P^T (dP^T - D) in place. Rows are this thread's keys, columns the step's queries.
-  __device__ __forceinline__ void gradients(float (&s)[kS], float (&dp)[kS], const float* terms, int i0,
-                                            bool masked) const {
+  // kRowSums: the warp's parts of E (sum_keys P dP) and the mass (sum_keys P) of each query go to `partials`
+  // ([E | mass][8 warps][BM], summed over the warp's 16 keys as they are made, so no array of them stays live), and
+  // the key rows' sums of dS^T are added to colsum_ (the gate's column sums).
+  __device__ __forceinline__ void gradients(float (&s)[kS], float (&dp)[kS], const float* terms, int i0, bool masked,
+                                            float2 key_term, float* partials) {
     const AttentionParams& a = p_.a;
-    const int g = lane_ / 4, c = lane_ % 4;
-    const int key = w_.j0 + 64 * me_ + 16 * warp_ + g;  // and key + 8
+    const int g = lane_ / 4, c = lane_ % 4, warp = 4 * me_ + warp_;
     const unsigned bound = distance_bound(a.window);
 #pragma unroll
     for (int j = 0; j < BM / 8; ++j) {
-      const float2 lse2 = *reinterpret_cast<const float2*>(terms + 8 * j + 2 * c);
+      const float2 r = *reinterpret_cast<const float2*>(terms + 8 * j + 2 * c);
       const float2 d = *reinterpret_cast<const float2*>(terms + BM + 8 * j + 2 * c);
+      float e_part[2] = {0.f, 0.f}, mass_part[2] = {0.f, 0.f};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int q = i0 + 8 * j + 2 * c + (e & 1), kk = key + 8 * (e >> 1);
-        float pr = ptx::exp2_ftz(fmaf(s[4 * j + e], a.scale_log2, -((e & 1) ? lse2.y : lse2.x)));
+        const int q = i0 + 8 * j + 2 * c + (e & 1), kk = key(e >> 1);
+        const float offset = ((e & 1) ? r.y : r.x) + (kRowSums ? ((e >> 1) ? key_term.y : key_term.x) : 0.f);
+        float pr = ptx::exp2_ftz(fmaf(s[4 * j + e], a.scale_log2, -offset));
         if (masked && (!visible_at_distance(q - kk, bound) || kk >= w_.seq.len)) pr = 0.f;
+        const float dpv = dp[4 * j + e];
         s[4 * j + e] = pr;
-        dp[4 * j + e] = pr * (dp[4 * j + e] - ((e & 1) ? d.y : d.x));
+        dp[4 * j + e] = pr * (dpv - ((e & 1) ? d.y : d.x));
+        if constexpr (kRowSums) {
+          e_part[e & 1] += pr * dpv;
+          mass_part[e & 1] += pr;
+          colsum_[e >> 1] += dp[4 * j + e];
+        }
+      }
+      if constexpr (kRowSums) {
+#pragma unroll
+        for (int lo = 0; lo < 2; ++lo) {
+          const float e_sum = column_sum(e_part[lo]), mass_sum = column_sum(mass_part[lo]);
+          if (g == 0) {
+            partials[warp * BM + 8 * j + 2 * c + lo] = e_sum;
+            partials[(8 + warp) * BM + 8 * j + 2 * c + lo] = mass_sum;
+          }
+        }
+      }
+    }
+  }
+
+  // kRowSums: after every consumer stored its partials, 64 of them add a query's eight into E (and the mass).
+  __device__ __forceinline__ void add_sums(const float* partials, int64_t h, int i0) const {
+    const int t = ptx::warpgroup_thread() + 128 * me_;
+    if (t >= BM || i0 + t >= w_.seq.len) return;
+    float e = 0.f, mass = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) e += partials[w * BM + t], mass += partials[(8 + w) * BM + t];
+    const int64_t row = p_.row_index(w_.seq.batch, h, w_.seq.start) + i0 + t;
+    atomicAdd(p_.E + row, e);
+    if (p_.a.has_gate) atomicAdd(p_.mass + row, mass);
+  }
+
+  // kRowSums with a gate: at the end of query head h's steps, the key rows' sums of dS over its queries.
+  __device__ __forceinline__ void store_colsum(int64_t h) {
+    if constexpr (kRowSums) {
+      const int64_t base = p_.row_index(w_.seq.batch, h, w_.seq.start);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float v = quad_sum(colsum_[half]);
+        colsum_[half] = 0.f;
+        if (p_.a.has_gate && lane_ % 4 == 0 && key(half) < w_.seq.len) p_.colsum[base + key(half)] = v;
       }
     }
   }
@@ -346,12 +406,13 @@ class Consumer {
   const KeyWork w_;
   const int me_, lane_, warp_;
   float dk_[kAcc], dv_[kAcc];
+  float colsum_[kRowSums ? 2 : 1] = {};  // kRowSums: this thread's part of its keys' dS sums for the current head
 };
 
 }  // namespace bwd_detail
 
 // One CTA per (key tile of 128 keys, kv head), the tiles most query rows see first.
-template <class T, int kD>
+template <class T, int kD, bool kRowSums>
 __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     dkdv_kernel(const __grid_constant__ DkdvParams p, const __grid_constant__ TileSchedule keys) {
 #if FG_HOPPER_BWD_BODY
@@ -361,14 +422,15 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
   const Buffers buf{reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023}),
                     bars};
-  const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys);
-  if (!w.valid) return;
+  if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys).valid) return;
 
   if (threadIdx.x == 0) buf.init();
   __syncthreads();
 
+  // Nothing stays live across setmaxnreg (ptxas would spill it): each role derives its work afterwards.
   if (threadIdx.x < 128) {
     ptx::setmaxnreg_dec<Tile::kProducerRegs>();
+    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys);
     const int warp = threadIdx.x / 32;
     if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w);
     else if (warp == 1) bwd_detail::stage_terms(p.b, buf, w);
@@ -376,30 +438,33 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   }
 
   ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
+  const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys);
   const int me = ptx::warpgroup_index() - 1;
-  bwd_detail::Consumer<T, kD> c(p.b, w, me);
+  using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
+  Consumer c(p.b, w, me);
   // Both consumers' dS^T halves are read by both (dQ over columns) or each its own (over keys): named barrier 1
-  // joins the two, 2 + me the one.
+  // joins the two, 2 + me the one. The row sums' partials are read across both.
   const auto ds_ready = [&] {
-    if constexpr (Tile::kDqSplitsColumns) ptx::named_barrier_sync(1, 256);
+    if constexpr (Tile::kDqSplitsColumns || kRowSums) ptx::named_barrier_sync(1, 256);
     else ptx::named_barrier_sync(2 + me, 128);
   };
   if (w.steps > 0) ptx::barrier_wait(buf.kv_full(), 0);
+  float2 key_term = c.key_terms(w.hk * p.b.a.group);
   for (int it = 0; it < w.steps; ++it) {
     const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
     const int s = buf.stage(it);
     ptx::barrier_wait(buf.q_full(s), buf.parity(it));
+    ptx::barrier_wait(buf.t_full(s), buf.parity(it));  // not between issue and wait: a loop there serialises wgmma
     float sc[Tile::BM / 2], dp[Tile::BM / 2];
     ptx::wgmma_fence();
     c.issue_scores(sc, dp, buf, s);
-    ptx::barrier_wait(buf.t_full(s), buf.parity(it));
     ptx::wgmma_wait<0>();
     ptx::wgmma_hold(sc);
     ptx::wgmma_hold(dp);
     const bool masked = block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window);
-    c.gradients(sc, dp, buf.terms(s), st.i0, masked);
+    c.gradients(sc, dp, buf.terms(s), st.i0, masked, key_term, buf.sums(it % 2));
     ptx::barrier_arrive(buf.t_empty(s));
-    typename bwd_detail::Consumer<T, kD>::Operand pt, dst;
+    typename Consumer::Operand pt, dst;
     c.to_operand(sc, pt);
     c.to_operand(dp, dst);
     T* ds_tile = buf.template ds<T>(it % 2);
@@ -414,7 +479,17 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     ptx::wgmma_hold(dq);
     buf.release_q(s);
     c.add_dq(dq, st.h, st.i0);
+    if constexpr (kRowSums) {
+      c.add_sums(buf.sums(it % 2), st.h, st.i0);
+      if ((it + 1) % w.tiles_per_head == 0) {  // the head's last step
+        c.store_colsum(st.h);
+        if (it + 1 < w.steps) key_term = c.key_terms(st.h + 1);
+      }
+    }
   }
+  // Keys no query row sees (window 0) still get their zero column sums.
+  if (kRowSums && p.b.a.has_gate && w.steps == 0)
+    for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h);
   c.store();
 #endif
 }
@@ -424,7 +499,7 @@ void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, CUstream_st* str
   using Tile = DkdvTile<kD>;
   const int64_t ctas = keys.num_tiles * p.b.a.H;
   if (ctas == 0) return;
-  const auto kernel = dkdv_kernel<T, kD>;
+  const auto kernel = p.b.needs_row_sums() ? dkdv_kernel<T, kD, true> : dkdv_kernel<T, kD, false>;
   FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(Tile::smem_bytes())));
   kernel<<<static_cast<unsigned>(ctas), Tile::kThreads, Tile::smem_bytes(), stream>>>(p, keys);
