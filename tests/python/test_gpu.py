@@ -351,7 +351,7 @@ HOPPER_BACKWARD_DIMS = [(64, 64), (128, 128), (40, 40), (64, 128), (128, 64), (9
 
 
 @pytest.mark.parametrize("layout", ["dense", "packed"])
-@pytest.mark.parametrize("feature", ["none", "w0", "w1", "w64", "w65"])
+@pytest.mark.parametrize("feature", ["none", "w0", "w1", "w64", "w65", "gate", "sink", "gate+window+sink"])
 @pytest.mark.parametrize("heads", [(8, 2), (4, 4)], ids=["gqa", "mha"])
 @pytest.mark.parametrize("dims", HOPPER_BACKWARD_DIMS, ids=lambda d: f"K{d[0]}V{d[1]}")
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
