@@ -1,5 +1,5 @@
 // The Hopper forward's interface (host-includable): its params, its tiles and its launcher; the kernel is
-// forward_kernel.cuh.
+// forward_kernel.cuh (with its work order in forward_work.cuh and its consumers in forward_consumer.cuh).
 #pragma once
 
 #include <cuda.h>

@@ -13,23 +13,21 @@
 //
 // Shared memory: Q [kK/64][BM rows][64], then per stage K [kK/64][BN keys][64] and V [kV/64][BN keys][64],
 // every 64-column block 128-byte swizzled by TMA and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts), then
-// the gate's terms [stage][BN].
+// the gate's terms [stage][BN]. The work order is forward_work.cuh, the consumers' verbs forward_consumer.cuh.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <cmath>
 #include <cstdint>
 
 #include "cuda/common/attention_params.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/online_softmax.h"
-#include "cuda/common/sequence.h"
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/visibility.h"
 #include "cuda/hopper/forward.h"
-#include "cuda/ptx/fast_math.h"
-#include "cuda/ptx/mma.h"
+#include "cuda/hopper/forward_consumer.cuh"
+#include "cuda/hopper/forward_work.cuh"
 #include "cuda/ptx/tma.h"
 #include "cuda/ptx/warpgroup.h"
 #include "cuda/ptx/wgmma.h"
@@ -44,78 +42,6 @@ namespace flashgate::cuda::hopper {
 
 #if defined(__CUDACC__)
 namespace detail {
-
-// One work item: query tile `m0 / BM` of one sequence and one query head, and its key blocks (block i of the
-// tile is key block last - i: the diagonal block first).
-struct Work {
-  SequenceSpan seq;
-  int64_t h = 0;
-  int m0 = 0, last = -1, blocks = 0;
-  bool valid = false;
-};
-
-// Item number `item` in the order the grid runs them. Dense: in sections of `section_heads` (sequence, query head)
-// pairs whose K and V fit in L2, longest query tiles first inside a section, so the CTAs running at one time share
-// K/V blocks; packed: tile-major over the approximate longest-first tile map.
-__device__ __forceinline__ void item_at(const ForwardParams& p, const TileSchedule& sched, int64_t item, int64_t& pair,
-                                        TileMapEntry& t) {
-  const AttentionParams& a = p.a;
-  if (sched.map) {
-    t = tile_longest_first(sched, item / a.HQ);
-    pair = item % a.HQ;
-    return;
-  }
-  const int64_t per_section = p.section_heads * sched.tiles_per_seq, section = item / per_section;
-  const int64_t first = section * p.section_heads, pairs = a.B * a.HQ;
-  const int64_t heads = min(static_cast<int64_t>(p.section_heads), pairs - first);
-  const int64_t within = item - section * per_section;
-  pair = first + within % heads;
-  t.seq = static_cast<int32_t>(pair / a.HQ);
-  t.tile = static_cast<int32_t>(sched.tiles_per_seq - 1 - within / heads);
-}
-
-template <int BM, int BN>
-__device__ __forceinline__ Work work_at(const ForwardParams& p, const TileSchedule& sched, int64_t item) {
-  const AttentionParams& a = p.a;
-  Work w;
-  int64_t pair = 0;
-  TileMapEntry t;
-  item_at(p, sched, item, pair, t);
-  if (t.seq < 0) return w;
-  w.seq = sequence_span(a, t.seq);
-  w.h = pair % a.HQ;
-  w.m0 = t.tile * BM;
-  if (w.m0 >= w.seq.len) return w;
-  w.valid = true;
-  const KeySpan keys = keys_seen_by_rows(w.m0, min(w.m0 + BM, w.seq.len), w.seq.len, a.window);
-  if (keys.empty()) return w;
-  w.last = (keys.end - 1) / BN;
-  w.blocks = w.last - keys.begin / BN + 1;
-  return w;
-}
-
-// Item `within` of round `round` of this CTA: rounds of gridDim.x items, every other one backwards so that each
-// CTA's total work evens out over a longest-first list.
-__device__ __forceinline__ int64_t item_of_round(int64_t round) {
-  const int64_t cta = blockIdx.x, ctas = gridDim.x;
-  return round * ctas + ((round & 1) ? ctas - 1 - cta : cta);
-}
-
-// Calls f(work) for each of this CTA's items, in the order every role of the CTA walks them: section after
-// section (item_at), each dealt out in rounds over the persistent grid.
-template <int BM, int BN, class F>
-__device__ __forceinline__ void for_each_work(const ForwardParams& p, const TileSchedule& sched, F&& f) {
-  const int64_t items = sched.num_tiles * p.a.HQ;
-  const int64_t per_section = sched.map ? items : p.section_heads * sched.tiles_per_seq;
-  for (int64_t first = 0; first < items; first += per_section) {
-    const int64_t count = min(per_section, items - first);
-    for (int64_t round = 0;; ++round) {
-      const int64_t within = item_of_round(round);
-      if (within >= count) break;
-      f(work_at<BM, BN>(p, sched, first + within));
-    }
-  }
-}
 
 // The shared-memory buffers of one CTA and the barriers that hand them between producer and consumers. Rings
 // count blocks over all of the CTA's items: block number b sits in stage b % kStages (32-bit counts wrap
@@ -234,178 +160,6 @@ __device__ __forceinline__ void stage_gate(const AttentionParams& a, const Stage
     ptx::barrier_arrive(st.g_full(s));
   }
 }
-
-// Two consumer warpgroups take turns at the tensor cores (ping-pong; named barrier 1 + i is consumer i's turn):
-// each issues its GEMMs in its turn and passes the turn on, so one's softmax runs under the other's GEMMs.
-// Consumer 0 goes first; at the end it takes one more turn, the pass of consumer 1's last, so that every barrier
-// ends complete. Three consumers interleave well enough on their own (measured: turns cost them 1-3%).
-template <int kConsumers>
-class Turns {
- public:
-  __device__ __forceinline__ explicit Turns(int me) : me_(me) {
-    if (kOn && me_ == 1) ptx::named_barrier_arrive(kFirst, 256);
-  }
-  __device__ __forceinline__ void take() const {
-    if (kOn) ptx::named_barrier_sync(kFirst + me_, 256);
-  }
-  __device__ __forceinline__ void pass() const {
-    if (kOn) ptx::named_barrier_arrive(kFirst + (1 - me_), 256);
-  }
-  __device__ __forceinline__ void finish() const {
-    if (me_ == 0) take();
-  }
-
- private:
-  static constexpr bool kOn = kConsumers == 2;
-  static constexpr int kFirst = 1;
-  const int me_;
-};
-
-template <class T, int kK, int kV>
-class Consumer {
-  using Tile = ForwardTile<kK, kV>;
-  static constexpr int BN = Tile::BN;
-  static constexpr int kO = kV / 2;  // output accumulators per thread
-
- public:
-  static constexpr int kS = BN / 2;  // score accumulators per thread (m64nBN)
-  using Probs = uint32_t[BN / 16][4];
-
-  __device__ __forceinline__ Consumer(const AttentionParams& a, const Work& w, int wg, const T* sq)
-      : p_(a), seq_(w.seq), h_(w.h), row0_(w.m0 + 64 * wg), sq_(sq + 64 * wg * 64),
-        lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32),
-        gc_(a.has_gate ? a.gc_row(w.seq.batch, w.h) + w.seq.start : nullptr),
-        g_ref_(gc_ ? gc_[w.m0] : 0.f) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) rows_[r] = SoftmaxRow{};
-#pragma unroll
-    for (int i = 0; i < kO; ++i) o_[i] = 0.f;
-  }
-
-  __device__ __forceinline__ bool gated() const { return gc_ != nullptr; }
-
-  // Issues S = Q K^T for the key tile `k` as one wgmma group.
-  __device__ __forceinline__ void issue_scores(float (&s)[kS], const T* k) const {
-#pragma unroll
-    for (int step = 0; step < kK / 16; ++step)
-      ptx::Wgmma<T, BN, 0>::ss(s, ptx::k_major_descriptor(sq_, Tile::BM, step), ptx::k_major_descriptor(k, BN, step),
-                               step > 0);
-    ptx::wgmma_commit();
-  }
-
-  // Issues O += P V for the value tile `v` as one wgmma group (V read transposed from its TMA layout).
-  __device__ __forceinline__ void issue_pv(const Probs& pa, const T* v) {
-#pragma unroll
-    for (int t = 0; t < BN / 16; ++t) ptx::Wgmma<T, kV, 1>::rs(o_, pa[t], ptx::mn_major_descriptor(v, BN, t), true);
-    ptx::wgmma_commit();
-  }
-
-  // After a wait: the accumulators are final from here on.
-  __device__ __forceinline__ void hold_output() { ptx::wgmma_hold(o_); }
-
-  // Scores of key block n0.. -> unnormalised probabilities in place (fp32), the row sums updated. Returns, per
-  // row half, the factor the output accumulated so far must be scaled by (rescale_output, once P V is done).
-  // Scores reach exp2 as fmaf(s, exp_scale, -max); with a gate (`gate`: the block's staged key terms) or a
-  // non-positive scale they move into the exp2 domain first (portable/forward_kernel.cuh explains the split of
-  // the gate term at g_ref).
-  __device__ __forceinline__ float2 softmax(float (&s)[kS], int n0, bool masked, const float* gate) {
-    const int g = lane_ / 4, c = lane_ % 4;
-    if (prescaled()) {
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const float2 gk2 = gate ? *reinterpret_cast<const float2*>(gate + 8 * j + 2 * c) : make_float2(0.f, 0.f);
-        s[4 * j + 0] = fmaf(s[4 * j + 0], p_.scale_log2, -gk2.x);
-        s[4 * j + 1] = fmaf(s[4 * j + 1], p_.scale_log2, -gk2.y);
-        s[4 * j + 2] = fmaf(s[4 * j + 2], p_.scale_log2, -gk2.x);
-        s[4 * j + 3] = fmaf(s[4 * j + 3], p_.scale_log2, -gk2.y);
-      }
-    }
-    if (masked) {
-      const unsigned bound = distance_bound(p_.window);
-      const int d0 = (row0_ + warp_ * 16 + g) - (n0 + 2 * c);
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int d = d0 + 8 * (e / 2) - 8 * j - (e % 2);
-          const int col = n0 + 8 * j + 2 * c + (e % 2);
-          if (!visible_at_distance(d, bound) || col >= seq_.len) s[4 * j + e] = -INFINITY;
-        }
-    }
-    const float exp_scale = prescaled() ? 1.f : p_.scale_log2;
-    float factor[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
-      factor[half] = rows_[half].rescale(quad_max(tile_max) * exp_scale);
-      const float off = rows_[half].exp_offset();
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        float& x0 = s[4 * j + 2 * half];
-        float& x1 = s[4 * j + 2 * half + 1];
-        x0 = ptx::exp2_ftz(fmaf(x0, exp_scale, -off));
-        x1 = ptx::exp2_ftz(fmaf(x1, exp_scale, -off));
-        rows_[half].sum += x0 + x1;
-      }
-    }
-    return make_float2(factor[0], factor[1]);
-  }
-
-  __device__ __forceinline__ void rescale_output(float2 factor) {
-#pragma unroll
-    for (int j = 0; j < kV / 8; ++j) {
-      o_[4 * j + 0] *= factor.x, o_[4 * j + 1] *= factor.x;
-      o_[4 * j + 2] *= factor.y, o_[4 * j + 3] *= factor.y;
-    }
-  }
-
-  // Score columns 16t..16t+15 are P V's k-step t: the accumulator's places are the A operand's.
-  __device__ __forceinline__ static void to_operand(const float (&s)[kS], Probs& pa) {
-#pragma unroll
-    for (int t = 0; t < BN / 16; ++t) {
-      pa[t][0] = ptx::pack2<T>(s[8 * t + 0], s[8 * t + 1]);
-      pa[t][1] = ptx::pack2<T>(s[8 * t + 2], s[8 * t + 3]);
-      pa[t][2] = ptx::pack2<T>(s[8 * t + 4], s[8 * t + 5]);
-      pa[t][3] = ptx::pack2<T>(s[8 * t + 6], s[8 * t + 7]);
-    }
-  }
-
-  __device__ __forceinline__ void epilogue() {
-    const float sink = p_.has_sink ? p_.sink[h_] : 0.f;
-    const int g = lane_ / 4, c = lane_ % 4;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = row0_ + warp_ * 16 + g + 8 * half;  // local position
-      float max2 = rows_[half].max2;
-      if (gc_ && row < seq_.len && max2 != -INFINITY) max2 += (gc_[row] - g_ref_) * kLog2e;
-      const RowResult r = finish_row(max2, quad_sum(rows_[half].sum), p_.has_sink, sink);
-      if (row >= seq_.len) continue;
-      if (p_.has_lse && c == 0) *p_.lse.template row<float>(seq_.batch, seq_.start + row, h_) = r.lse;
-      T* dst = p_.o.template row<T>(seq_.batch, seq_.start + row, h_) + 2 * c;
-#pragma unroll
-      for (int j = 0; j < kV / 8; ++j)
-        if (8 * j < p_.V)  // columns past V are the bucket's padding
-          *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-              ptx::pack2<T>(o_[4 * j + 2 * half] * r.o_scale, o_[4 * j + 2 * half + 1] * r.o_scale);
-    }
-  }
-
- private:
-  __device__ __forceinline__ bool prescaled() const { return gc_ != nullptr || !(p_.scale_log2 > 0.f); }
-
-  const AttentionParams& p_;
-  const SequenceSpan seq_;
-  const int64_t h_;
-  const int row0_;  // this warpgroup's first query row (local position)
-  const T* const sq_;
-  const int lane_, warp_;
-  const float* const gc_;
-  const float g_ref_;
-  SoftmaxRow rows_[2];  // rows g and g + 8 of this thread's warp
-  float o_[kO];
-};
 
 // A consumer's main loop over one item's key blocks (`ring`: blocks of earlier items, `tiles`: their Q loads).
 // Q is released once the last scores are done, so the producer loads the next item's Q under the last P V and

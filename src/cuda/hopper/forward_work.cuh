@@ -1,0 +1,93 @@
+// The Hopper forward's work order: which (query tile, query head) items a persistent CTA runs, in which order,
+// and the key blocks of each. Every role of a CTA walks the same items (for_each_work).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/common/attention_params.h"
+#include "cuda/common/sequence.h"
+#include "cuda/common/tile_scheduler.h"
+#include "cuda/common/visibility.h"
+#include "cuda/hopper/forward.h"
+
+namespace flashgate::cuda::hopper {
+
+#if defined(__CUDACC__)
+namespace detail {
+
+// One work item: query tile `m0 / BM` of one sequence and one query head, and its key blocks (block i of the
+// tile is key block last - i: the diagonal block first).
+struct Work {
+  SequenceSpan seq;
+  int64_t h = 0;
+  int m0 = 0, last = -1, blocks = 0;
+  bool valid = false;
+};
+
+// Item number `item` in the order the grid runs them. Dense: in sections of `section_heads` (sequence, query head)
+// pairs whose K and V fit in L2, longest query tiles first inside a section, so the CTAs running at one time share
+// K/V blocks; packed: tile-major over the approximate longest-first tile map.
+__device__ __forceinline__ void item_at(const ForwardParams& p, const TileSchedule& sched, int64_t item, int64_t& pair,
+                                        TileMapEntry& t) {
+  const AttentionParams& a = p.a;
+  if (sched.map) {
+    t = tile_longest_first(sched, item / a.HQ);
+    pair = item % a.HQ;
+    return;
+  }
+  const int64_t per_section = p.section_heads * sched.tiles_per_seq, section = item / per_section;
+  const int64_t first = section * p.section_heads, pairs = a.B * a.HQ;
+  const int64_t heads = min(static_cast<int64_t>(p.section_heads), pairs - first);
+  const int64_t within = item - section * per_section;
+  pair = first + within % heads;
+  t.seq = static_cast<int32_t>(pair / a.HQ);
+  t.tile = static_cast<int32_t>(sched.tiles_per_seq - 1 - within / heads);
+}
+
+template <int BM, int BN>
+__device__ __forceinline__ Work work_at(const ForwardParams& p, const TileSchedule& sched, int64_t item) {
+  const AttentionParams& a = p.a;
+  Work w;
+  int64_t pair = 0;
+  TileMapEntry t;
+  item_at(p, sched, item, pair, t);
+  if (t.seq < 0) return w;
+  w.seq = sequence_span(a, t.seq);
+  w.h = pair % a.HQ;
+  w.m0 = t.tile * BM;
+  if (w.m0 >= w.seq.len) return w;
+  w.valid = true;
+  const KeySpan keys = keys_seen_by_rows(w.m0, min(w.m0 + BM, w.seq.len), w.seq.len, a.window);
+  if (keys.empty()) return w;
+  w.last = (keys.end - 1) / BN;
+  w.blocks = w.last - keys.begin / BN + 1;
+  return w;
+}
+
+// Item `within` of round `round` of this CTA: rounds of gridDim.x items, every other one backwards so that each
+// CTA's total work evens out over a longest-first list.
+__device__ __forceinline__ int64_t item_of_round(int64_t round) {
+  const int64_t cta = blockIdx.x, ctas = gridDim.x;
+  return round * ctas + ((round & 1) ? ctas - 1 - cta : cta);
+}
+
+// Calls f(work) for each of this CTA's items, in the order every role of the CTA walks them: section after
+// section (item_at), each dealt out in rounds over the persistent grid.
+template <int BM, int BN, class F>
+__device__ __forceinline__ void for_each_work(const ForwardParams& p, const TileSchedule& sched, F&& f) {
+  const int64_t items = sched.num_tiles * p.a.HQ;
+  const int64_t per_section = sched.map ? items : p.section_heads * sched.tiles_per_seq;
+  for (int64_t first = 0; first < items; first += per_section) {
+    const int64_t count = min(per_section, items - first);
+    for (int64_t round = 0;; ++round) {
+      const int64_t within = item_of_round(round);
+      if (within >= count) break;
+      f(work_at<BM, BN>(p, sched, first + within));
+    }
+  }
+}
+
+}  // namespace detail
+#endif  // __CUDACC__
+
+}  // namespace flashgate::cuda::hopper
