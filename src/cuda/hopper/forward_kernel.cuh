@@ -28,6 +28,7 @@
 #include "cuda/hopper/forward.h"
 #include "cuda/hopper/forward_consumer.cuh"
 #include "cuda/hopper/forward_work.cuh"
+#include "cuda/hopper/ring.h"
 #include "cuda/ptx/tma.h"
 #include "cuda/ptx/warpgroup.h"
 #include "cuda/ptx/wgmma.h"
@@ -43,13 +44,12 @@ namespace flashgate::cuda::hopper {
 #if defined(__CUDACC__)
 namespace detail {
 
-// The shared-memory buffers of one CTA and the barriers that hand them between producer and consumers. Rings
-// count blocks over all of the CTA's items: block number b sits in stage b % kStages (32-bit counts wrap
-// consistently: kStages divides 2^32 / 2).
+// The shared-memory buffers of one CTA and the barriers that hand them between producer and consumers. The rings
+// count blocks over all of the CTA's items (ring.h).
 template <int kK, int kV>
-struct Stages {
+struct Stages : Ring<ForwardTile<kK, kV>::kStages> {
   using Tile = ForwardTile<kK, kV>;
-  static constexpr int kS = Tile::kStages;
+  using Ring<Tile::kStages>::kS;
   static constexpr int kReleasers = 4 * Tile::kConsumers;  // one lane per consumer warp releases a buffer
 
   unsigned char* base;
@@ -85,21 +85,6 @@ struct Stages {
       ptx::barrier_init(g_empty(s), 128 * Tile::kConsumers);
     }
     ptx::fence_barrier_init();
-  }
-
-  // Block number b's stage, and the parity of the phase that fills (or, one round on, frees) it.
-  static_assert(kS == 2 || kS == 4, "ring counts wrap at 2^32");
-  __device__ __forceinline__ static int stage(uint32_t b) { return static_cast<int>(b % kS); }
-  __device__ __forceinline__ static uint32_t parity(uint32_t b) { return (b / kS) & 1; }
-  // Before refilling block b's stage: wait until the consumers freed what block b - kS left there. For the first
-  // kStages blocks this is the phase before a fresh barrier's first, which counts as complete.
-  __device__ __forceinline__ static void wait_free(uint64_t* empty, uint32_t b) {
-    ptx::barrier_wait(empty, parity(b) ^ 1);
-  }
-  // A consumer warp is done reading a buffer (every lane: the warp converges before its one arrival).
-  __device__ __forceinline__ static void release(uint64_t* bar) {
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) ptx::barrier_arrive(bar);
   }
 };
 
@@ -244,7 +229,8 @@ __global__ void __launch_bounds__(ForwardTile<kK, kV>::kThreads, 1)
   using Stages = detail::Stages<kK, kV>;
   extern __shared__ unsigned char raw[];
   __shared__ alignas(8) uint64_t bars[Stages::kBarriers];
-  const Stages st{reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023}), bars};
+  const Stages st{{}, reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023}),
+                  bars};
   if (threadIdx.x == 0) st.init();
   __syncthreads();
 

@@ -105,8 +105,9 @@ void launch_hopper_forward(const ForwardArgs& a, const detail::AttentionProblem&
   p.section_heads = section_heads(p.a, dev, rows.queries);
   with_tile(cuda::hopper::forward_buckets(p.a.K, p.a.V), [&](auto tile) {
     using Tile = decltype(tile);
-    if (a.q.dtype == DType::f16) cuda::hopper::launch_forward<__half, Tile::kKDim, Tile::kVDim>(p, sched, dev.sms, launch.stream);
-    else cuda::hopper::launch_forward<__nv_bfloat16, Tile::kKDim, Tile::kVDim>(p, sched, dev.sms, launch.stream);
+    using cuda::hopper::launch_forward;
+    if (a.q.dtype == DType::f16) launch_forward<__half, Tile::kKDim, Tile::kVDim>(p, sched, dev.sms, launch.stream);
+    else launch_forward<__nv_bfloat16, Tile::kKDim, Tile::kVDim>(p, sched, dev.sms, launch.stream);
   });
 }
 
