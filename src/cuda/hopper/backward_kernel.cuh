@@ -23,6 +23,7 @@
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/visibility.h"
 #include "cuda/hopper/backward.h"
+#include "cuda/hopper/ring.h"
 #include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/mma.h"
 #include "cuda/ptx/red.h"
@@ -81,10 +82,11 @@ __device__ __forceinline__ Step step_of(const bwd::BackwardParams& p, const KeyW
   return {w.hk * p.a.group + head, w.rows_begin + tile * BM};
 }
 
+// The CTA's buffers and barriers; the Q / dO and term rings count steps (ring.h).
 template <int kD>
-struct Buffers {
+struct Buffers : Ring<DkdvTile<kD>::kStages> {
   using Tile = DkdvTile<kD>;
-  static constexpr int kS = Tile::kStages;
+  using Ring<Tile::kStages>::kS;
   static constexpr int kReleasers = 8;  // one lane per consumer warp
 
   unsigned char* base;
@@ -126,17 +128,8 @@ struct Buffers {
     }
     ptx::fence_barrier_init();
   }
-  __device__ __forceinline__ static int stage(int it) { return it % kS; }
-  __device__ __forceinline__ static uint32_t parity(int it) { return (it / kS) & 1; }
-  // Before refilling step it's stage: the consumers freed step it - kS (a fresh barrier's phase before its
-  // first counts as complete).
-  __device__ __forceinline__ static void wait_free(uint64_t* empty, int it) {
-    ptx::barrier_wait(empty, parity(it) ^ 1);
-  }
   // A consumer warp is done with stage s's Q and dO (after its wgmma wait: every lane's reads are complete).
-  __device__ __forceinline__ void release_q(int s) const {
-    if (threadIdx.x % 32 == 0) ptx::barrier_arrive(q_empty(s));
-  }
+  __device__ __forceinline__ void release_q(int s) const { this->release(q_empty(s)); }
 };
 
 // The producer's lane: K and V once, then Q and dO of every step.
@@ -420,7 +413,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   using Buffers = bwd_detail::Buffers<kD>;
   extern __shared__ unsigned char raw[];
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
-  const Buffers buf{reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023}),
+  const Buffers buf{{}, reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023}),
                     bars};
   if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys).valid) return;
 
