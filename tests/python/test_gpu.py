@@ -53,10 +53,10 @@ def poisoned_outputs(monkeypatch):
 # ---- parallel_attn: forward + backward against the fp64 reference -------------------------------------------
 
 def check_attention(rng, dtype, B, T, HQ, H, K, V, cu=None, gate=None, sink=False, window=None, scale=None,
-                    tol=5e-3, return_lse=True, deterministic=False, make_inputs=None, backward=True):
-    """Runs flashgate.parallel_attn forward and (unless backward=False) backward and compares o, lse and every
-    gradient with the fp64 reference computed on the same rounded inputs. gate: None, 'logsigmoid', 'uniform' or
-    'randn' (FLA)."""
+                    tol=5e-3, return_lse=True, deterministic=False, make_inputs=None, backward=True, backend="auto"):
+    """Runs flashgate.parallel_attn forward and (unless backward=False) backward on `backend` and compares o, lse
+    and every gradient with the fp64 reference computed on the same rounded inputs. gate: None, 'logsigmoid',
+    'uniform' or 'randn' (FLA)."""
     if make_inputs is None:
         q, k, v = rng.randn((B, T, HQ, K), dtype), rng.randn((B, T, H, K), dtype), rng.randn((B, T, H, V), dtype)
     else:
@@ -76,7 +76,7 @@ def check_attention(rng, dtype, B, T, HQ, H, K, V, cu=None, gate=None, sink=Fals
     inputs = [q, k, v, *extra]
 
     out = flashgate.parallel_attn(q, k, v, g, scale, window, cu_t, sink_bias=s, return_lse=return_lse,
-                                  deterministic=deterministic)
+                                  deterministic=deterministic, backend=backend)
     o, lse = out if return_lse else (out, None)
     do = rng.randn(o.shape, dtype)
     grads = torch.autograd.grad(o, inputs, do) if backward else None
@@ -345,6 +345,25 @@ def check_hopper_forward(rng, dtype, dims, feature, layout, offset=None):
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
 def test_hopper_forward(rng, dtype, dims, feature, layout):
     check_hopper_forward(rng, dtype, dims, feature, layout)
+
+
+HOPPER_BACKWARD_DIMS = [(64, 64), (128, 128), (40, 40), (64, 128), (128, 64), (96, 96), (120, 24)]
+
+
+@pytest.mark.parametrize("layout", ["dense", "packed"])
+@pytest.mark.parametrize("feature", ["none", "w0", "w1", "w64", "w65", "gate", "sink", "gate+window+sink"])
+@pytest.mark.parametrize("heads", [(8, 2), (4, 4)], ids=["gqa", "mha"])
+@pytest.mark.parametrize("dims", HOPPER_BACKWARD_DIMS, ids=lambda d: f"K{d[0]}V{d[1]}")
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+def test_hopper_backward(rng, dtype, dims, heads, feature, layout):
+    """Forward and backward forced onto the Hopper kernels (its dK/dV kernel inside the backward's passes)."""
+    if not hopper_built():
+        pytest.skip("the Hopper kernels are not built into this library (or this GPU is not sm_90)")
+    K, V = dims
+    HQ, H = heads
+    cu = [0, 0, 15, 100, 300, 700] if layout == "packed" else None
+    B, T = (1, cu[-1]) if cu else (2, 300)
+    check_attention(rng, dtype, B, T, HQ, H, K, V, cu=cu, backend="hopper", **FEATURES[feature])
 
 
 @pytest.mark.parametrize("offset", SCORE_OFFSETS)

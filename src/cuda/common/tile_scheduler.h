@@ -68,6 +68,15 @@ __device__ __forceinline__ TileMapEntry tile_longest_first(const TileSchedule& s
   const int64_t seqs = s.num_tiles / s.tiles_per_seq;
   return {static_cast<int32_t>(order % seqs), static_cast<int32_t>(s.tiles_per_seq - 1 - order / seqs)};
 }
+
+// Key tiles in the order key-major backward CTAs should start, most work first: under the causal mask the first
+// key tile of a sequence is seen by the most query rows. Dense: tile 0 of every sequence, then tile 1, ...;
+// packed: the map's order (sequence by sequence, each from its first tile).
+__device__ __forceinline__ TileMapEntry key_tile_heaviest_first(const TileSchedule& s, int64_t order) {
+  if (s.map) return s.map[order];
+  const int64_t seqs = s.num_tiles / s.tiles_per_seq;
+  return {static_cast<int32_t>(order % seqs), static_cast<int32_t>(order / seqs)};
+}
 #endif
 
 }  // namespace flashgate::cuda

@@ -37,7 +37,7 @@ struct ForwardTile {
   // producer to the consumers; the warpgroups' counts sum to at most 4 x that. V of 256 needs every consumer
   // register it can get.
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
-  static constexpr int kProducerRegs = kConsumers == 3 || kV > 128 ? 24 : 40;
+  static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kV > 128 ? 24 : 40;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kV > 128 ? 240 : 232;
   static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (1 + kConsumers) * kLaunchRegs,
                 "register budget of the Hopper forward");

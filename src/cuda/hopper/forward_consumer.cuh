@@ -57,7 +57,8 @@ class Consumer {
   using Probs = uint32_t[BN / 16][4];
 
   __device__ __forceinline__ Consumer(const AttentionParams& a, const Work& w, int wg, const T* sq)
-      : p_(a), seq_(w.seq), h_(w.h), row0_(w.m0 + 64 * wg), sq_(sq + 64 * wg * 64),
+      : p_(a), batch_(static_cast<int>(w.seq.batch)), start_(static_cast<int>(w.seq.start)), len_(w.seq.len),
+        h_(w.h), row0_(w.m0 + 64 * wg), sq_(sq + 64 * wg * 64),
         lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32),
         gc_(a.has_gate ? a.gc_row(w.seq.batch, w.h) + w.seq.start : nullptr),
         g_ref_(gc_ ? gc_[w.m0] : 0.f) {
@@ -114,7 +115,7 @@ class Consumer {
         for (int e = 0; e < 4; ++e) {
           const int d = d0 + 8 * (e / 2) - 8 * j - (e % 2);
           const int col = n0 + 8 * j + 2 * c + (e % 2);
-          if (!visible_at_distance(d, bound) || col >= seq_.len) s[4 * j + e] = -INFINITY;
+          if (!visible_at_distance(d, bound) || col >= len_) s[4 * j + e] = -INFINITY;
         }
     }
     const float exp_scale = prescaled() ? 1.f : p_.scale_log2;
@@ -164,11 +165,11 @@ class Consumer {
     for (int half = 0; half < 2; ++half) {
       const int row = row0_ + warp_ * 16 + g + 8 * half;  // local position
       float max2 = rows_[half].max2;
-      if (gc_ && row < seq_.len && max2 != -INFINITY) max2 += (gc_[row] - g_ref_) * kLog2e;
+      if (gc_ && row < len_ && max2 != -INFINITY) max2 += (gc_[row] - g_ref_) * kLog2e;
       const RowResult r = finish_row(max2, quad_sum(rows_[half].sum), p_.has_sink, sink);
-      if (row >= seq_.len) continue;
-      if (p_.has_lse && c == 0) *p_.lse.template row<float>(seq_.batch, seq_.start + row, h_) = r.lse;
-      T* dst = p_.o.template row<T>(seq_.batch, seq_.start + row, h_) + 2 * c;
+      if (row >= len_) continue;
+      if (p_.has_lse && c == 0) *p_.lse.template row<float>(batch_, start_ + row, h_) = r.lse;
+      T* dst = p_.o.template row<T>(batch_, start_ + row, h_) + 2 * c;
 #pragma unroll
       for (int j = 0; j < kV / 8; ++j)
         if (8 * j < p_.V)  // columns past V are the bucket's padding
@@ -181,8 +182,8 @@ class Consumer {
   __device__ __forceinline__ bool prescaled() const { return gc_ != nullptr || !(p_.scale_log2 > 0.f); }
 
   const AttentionParams& p_;
-  const SequenceSpan seq_;
-  const int64_t h_;
+  const int batch_, start_, len_;  // the sequence (32-bit: the host refuses T of 2^31 and more)
+  const int h_;
   const int row0_;  // this warpgroup's first query row (local position)
   const T* const sq_;
   const int lane_, warp_;

@@ -101,27 +101,22 @@ __device__ __forceinline__ void produce(const ForwardParams& p, const Stages<kK,
   ptx::barrier_arrive_expect(st.q_full(), Tile::kQBytes);
   for (int b = 0; b < Tile::kKBlocks; ++b)
     ptx::tma_load(st.template q<T>() + b * Tile::BM * 64, &p.q_map, {b * 64, token0 + w.m0, h, batch}, st.q_full());
-  const auto load_k = [&](int i) {
+  // Key block i's K (value false) or V tile into its stage of that ring.
+  const auto load = [&](int i, bool value) {
     const uint32_t b = ring + i;
     const int s = st.stage(b);
-    st.wait_free(st.k_empty(s), b);
-    ptx::barrier_arrive_expect(st.k_full(s), Tile::kKBytes);
+    uint64_t* const full = value ? st.v_full(s) : st.k_full(s);
+    st.wait_free(value ? st.v_empty(s) : st.k_empty(s), b);
+    ptx::barrier_arrive_expect(full, value ? Tile::kVBytes : Tile::kKBytes);
+    T* const dst = value ? st.template v<T>(s) : st.template k<T>(s);
+    const CUtensorMap* const map = value ? &p.v_map : &p.k_map;
     const int32_t row = token0 + (w.last - i) * Tile::BN;
-    for (int c = 0; c < Tile::kKBlocks; ++c)
-      ptx::tma_load(st.template k<T>(s) + c * Tile::BN * 64, &p.k_map, {c * 64, row, kvh, batch}, st.k_full(s));
+    for (int c = 0; c < (value ? Tile::kVBlocks : Tile::kKBlocks); ++c)
+      ptx::tma_load(dst + c * Tile::BN * 64, map, {c * 64, row, kvh, batch}, full);
   };
-  const auto load_v = [&](int i) {
-    const uint32_t b = ring + i;
-    const int s = st.stage(b);
-    st.wait_free(st.v_empty(s), b);
-    ptx::barrier_arrive_expect(st.v_full(s), Tile::kVBytes);
-    const int32_t row = token0 + (w.last - i) * Tile::BN;
-    for (int c = 0; c < Tile::kVBlocks; ++c)
-      ptx::tma_load(st.template v<T>(s) + c * Tile::BN * 64, &p.v_map, {c * 64, row, kvh, batch}, st.v_full(s));
-  };
-  load_k(0);
-  for (int i = 1; i < w.blocks; ++i) load_k(i), load_v(i - 1);
-  load_v(w.blocks - 1);
+  load(0, false);
+  for (int i = 1; i < w.blocks; ++i) load(i, false), load(i - 1, true);
+  load(w.blocks - 1, true);
 }
 
 // A producer warp stages the gate's key terms of every block, (G_j - G_ref) log2 e with G_ref the cumulative

@@ -16,44 +16,43 @@ namespace flashgate::cuda::hopper {
 namespace detail {
 
 // One work item: query tile `m0 / BM` of one sequence and one query head, and its key blocks (block i of the
-// tile is key block last - i: the diagonal block first).
+// tile is key block last - i: the diagonal block first). Item numbers and heads are 32-bit (the host refuses
+// problems with 2^31 items or more): the producer runs on 24-40 registers.
 struct Work {
   SequenceSpan seq;
-  int64_t h = 0;
+  int h = 0;
   int m0 = 0, last = -1, blocks = 0;
   bool valid = false;
 };
 
-// Item number `item` in the order the grid runs them. Dense: in sections of `section_heads` (sequence, query head)
-// pairs whose K and V fit in L2, longest query tiles first inside a section, so the CTAs running at one time share
-// K/V blocks; packed: tile-major over the approximate longest-first tile map.
-__device__ __forceinline__ void item_at(const ForwardParams& p, const TileSchedule& sched, int64_t item, int64_t& pair,
-                                        TileMapEntry& t) {
-  const AttentionParams& a = p.a;
+// Item number `item` in the order the grid runs them: its (sequence, query head) pair and tile. Dense: in
+// sections of `section_heads` pairs whose K and V fit in L2, longest query tiles first inside a section, so the
+// CTAs running at one time share K/V blocks; packed: tile-major over the approximate longest-first tile map.
+__device__ __forceinline__ TileMapEntry item_at(const ForwardParams& p, const TileSchedule& sched, int item,
+                                                int& pair) {
+  const int HQ = static_cast<int>(p.a.HQ);
   if (sched.map) {
-    t = tile_longest_first(sched, item / a.HQ);
-    pair = item % a.HQ;
-    return;
+    pair = item % HQ;
+    return tile_longest_first(sched, item / HQ);
   }
-  const int64_t per_section = p.section_heads * sched.tiles_per_seq, section = item / per_section;
-  const int64_t first = section * p.section_heads, pairs = a.B * a.HQ;
-  const int64_t heads = min(static_cast<int64_t>(p.section_heads), pairs - first);
-  const int64_t within = item - section * per_section;
+  const int tiles = static_cast<int>(sched.tiles_per_seq);
+  const int per_section = p.section_heads * tiles, section = item / per_section;
+  const int first = section * p.section_heads, pairs = static_cast<int>(p.a.B) * HQ;
+  const int heads = min(p.section_heads, pairs - first);
+  const int within = item - section * per_section;
   pair = first + within % heads;
-  t.seq = static_cast<int32_t>(pair / a.HQ);
-  t.tile = static_cast<int32_t>(sched.tiles_per_seq - 1 - within / heads);
+  return {pair / HQ, tiles - 1 - within / heads};
 }
 
 template <int BM, int BN>
-__device__ __forceinline__ Work work_at(const ForwardParams& p, const TileSchedule& sched, int64_t item) {
+__device__ __forceinline__ Work work_at(const ForwardParams& p, const TileSchedule& sched, int item) {
   const AttentionParams& a = p.a;
   Work w;
-  int64_t pair = 0;
-  TileMapEntry t;
-  item_at(p, sched, item, pair, t);
+  int pair = 0;
+  const TileMapEntry t = item_at(p, sched, item, pair);
   if (t.seq < 0) return w;
   w.seq = sequence_span(a, t.seq);
-  w.h = pair % a.HQ;
+  w.h = pair % static_cast<int>(a.HQ);
   w.m0 = t.tile * BM;
   if (w.m0 >= w.seq.len) return w;
   w.valid = true;
@@ -66,8 +65,8 @@ __device__ __forceinline__ Work work_at(const ForwardParams& p, const TileSchedu
 
 // Item `within` of round `round` of this CTA: rounds of gridDim.x items, every other one backwards so that each
 // CTA's total work evens out over a longest-first list.
-__device__ __forceinline__ int64_t item_of_round(int64_t round) {
-  const int64_t cta = blockIdx.x, ctas = gridDim.x;
+__device__ __forceinline__ int item_of_round(int round) {
+  const int cta = static_cast<int>(blockIdx.x), ctas = static_cast<int>(gridDim.x);
   return round * ctas + ((round & 1) ? ctas - 1 - cta : cta);
 }
 
@@ -75,12 +74,12 @@ __device__ __forceinline__ int64_t item_of_round(int64_t round) {
 // section (item_at), each dealt out in rounds over the persistent grid.
 template <int BM, int BN, class F>
 __device__ __forceinline__ void for_each_work(const ForwardParams& p, const TileSchedule& sched, F&& f) {
-  const int64_t items = sched.num_tiles * p.a.HQ;
-  const int64_t per_section = sched.map ? items : p.section_heads * sched.tiles_per_seq;
-  for (int64_t first = 0; first < items; first += per_section) {
-    const int64_t count = min(per_section, items - first);
-    for (int64_t round = 0;; ++round) {
-      const int64_t within = item_of_round(round);
+  const int items = static_cast<int>(sched.num_tiles * p.a.HQ);
+  const int per_section = sched.map ? items : p.section_heads * static_cast<int>(sched.tiles_per_seq);
+  for (int first = 0; first < items; first += per_section) {
+    const int count = min(per_section, items - first);
+    for (int round = 0;; ++round) {
+      const int within = item_of_round(round);
       if (within >= count) break;
       f(work_at<BM, BN>(p, sched, first + within));
     }

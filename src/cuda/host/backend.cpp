@@ -6,6 +6,7 @@
 
 #include "api/backend.h"
 #include "api/device_runtime.h"
+#include "cuda/host/backward.h"
 #include "cuda/host/hopper_forward.h"
 #include "cuda/host/serving.h"
 #include "cuda/host/training.h"
@@ -83,28 +84,38 @@ const BackendImpl* cuda_backend() {
 #if defined(FLASHGATE_WITH_HOPPER)
 namespace {
 
-// The `hopper` backend: the sm_90a kernels of src/cuda/hopper. It serves the training forward for the shapes its
-// kernels take (host/hopper_forward.cpp); `auto` tries it before the portable kernels.
+// The `hopper` backend: the sm_90a kernels of src/cuda/hopper. It serves the training forward and backward for the
+// shapes its kernels take (host/hopper_forward.cpp, host/hopper_backward.cpp); `auto` tries it before the portable
+// kernels.
 class HopperBackend final : public BackendImpl {
  public:
+  using BackendImpl::workspace;  // the ops it does not serve keep the base's (never asked: cannot_run refuses)
   Backend id() const override { return Backend::hopper; }
 
   std::string cannot_run(const ForwardArgs& a, const AttentionProblem& p) const override {
     std::string why = hopper_refusal(a);
     return why.empty() ? host::hopper_forward_refusal(a, p) : why;
   }
-  std::string cannot_run(const BackwardArgs& a, const AttentionProblem&) const override { return later(a); }
+  std::string cannot_run(const BackwardArgs& a, const AttentionProblem& p) const override {
+    std::string why = hopper_refusal(a);
+    return why.empty() ? host::hopper_backward_refusal(a, p) : why;
+  }
   std::string cannot_run(const DecodeArgs& a, const DecodeProblem&) const override { return later(a); }
   std::string cannot_run(const PagedArgs& a, const PagedProblem&) const override { return later(a); }
 
   size_t workspace(const ForwardArgs& a, const AttentionProblem& p) const override {
     return host::hopper_forward_workspace(a, p);
   }
+  size_t workspace(const BackwardArgs& a, const AttentionProblem& p) const override {
+    return host::backward_workspace(a, p, host::DkdvKernels::hopper);
+  }
   void run(const ForwardArgs& a, const AttentionProblem& p, const Launch& l) const override {
     host::launch_hopper_forward(a, p, l);
   }
+  void run(const BackwardArgs& a, const AttentionProblem& p, const Launch& l) const override {
+    host::launch_backward(a, p, l, host::DkdvKernels::hopper);
+  }
   // cannot_run refuses these, so dispatch never calls them; say so should that ever change.
-  void run(const BackwardArgs& a, const AttentionProblem&, const Launch&) const override { refuse(a); }
   void run(const DecodeArgs& a, const DecodeProblem&, const Launch&) const override { refuse(a); }
   void run(const PagedArgs& a, const PagedProblem&, const Launch&) const override { refuse(a); }
 
@@ -129,7 +140,7 @@ class HopperBackend final : public BackendImpl {
   template <class Args>
   static std::string later(const Args& a) {
     std::string why = hopper_refusal(a);
-    return why.empty() ? "runs the training forward only so far" : why;
+    return why.empty() ? "runs the training forward and backward only so far" : why;
   }
 };
 

@@ -19,6 +19,9 @@
 #include "cuda/common/workspace.h"
 #include "cuda/host/attention_params.h"
 #include "cuda/host/device_facts.h"
+#if defined(FLASHGATE_WITH_HOPPER)
+#include "cuda/host/hopper_backward.h"
+#endif
 #include "cuda/portable/backward_kernels.h"
 #include "flashgate/error.h"
 
@@ -79,6 +82,7 @@ BackwardParams make_params(const BackwardArgs& args, const detail::AttentionProb
 
 struct Plan {
   bool mma = false;  // else the SIMT path
+  bool hopper = false;  // the MMA path with the Hopper dK/dV kernel (host/hopper_backward.h)
   int bucket = 0;
   TileSizes tiles;
   int slices_kv = 1, slices_q = 1;
@@ -89,7 +93,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Chooses the path and, for the MMA path, the column slices and how many CTAs share a kv head's query
 // heads (p.head_parts): split only while the grid would leave SMs idle.
-Plan make_plan(BackwardParams& p, const DeviceFacts& dev) {
+Plan make_plan(const BackwardArgs& args, BackwardParams& p, const DeviceFacts& dev, DkdvKernels kernels) {
   Plan plan;
   p.head_parts = 1;
   if (p.a.dtype == ElementType::f32) return plan;
@@ -122,6 +126,16 @@ Plan make_plan(BackwardParams& p, const DeviceFacts& dev) {
     return plan;
   }
   plan.mma = true;
+#if defined(FLASHGATE_WITH_HOPPER)
+  // The Hopper dK/dV kernel walks every query head of a kv head itself (hopper_backward_refusal accepted it).
+  if (kernels == DkdvKernels::hopper && hopper_dkdv_refusal(args, p, dev).empty()) {
+    plan.hopper = true;
+    plan.tiles.key_tile = hopper_dkdv_key_rows();
+    p.head_parts = 1;
+  }
+#else
+  (void)args, (void)kernels;
+#endif
   return plan;
 }
 
@@ -195,8 +209,13 @@ void launch_bucket(const BackwardParams& p, const Plan& plan, const TileSchedule
 }
 
 template <class T>
-void launch_mma_kernels(const BackwardParams& p, const Plan& plan, const TileSchedule& keys,
+void launch_mma_kernels(const BackwardArgs& args, const BackwardParams& p, const Plan& plan, const TileSchedule& keys,
                         const TileSchedule& queries, cudaStream_t stream) {
+#if defined(FLASHGATE_WITH_HOPPER)
+  if (plan.hopper) return launch_hopper_dkdv(args, p, keys, stream);
+#else
+  (void)args;
+#endif
   switch (plan.bucket) {
     case 64: return launch_bucket<T, 64>(p, plan, keys, queries, stream);
     case 128: return launch_bucket<T, 128>(p, plan, keys, queries, stream);
@@ -218,18 +237,34 @@ std::string backward_refusal(const BackwardArgs&, const detail::AttentionProblem
   return "";
 }
 
-size_t backward_workspace(const BackwardArgs& args, const detail::AttentionProblem& prob) {
+std::string hopper_backward_refusal(const BackwardArgs& args, const detail::AttentionProblem& prob) {
+#if defined(FLASHGATE_WITH_HOPPER)
+  std::string why = backward_refusal(args, prob);
+  if (!why.empty()) return why;
   BackwardParams p = make_params(args, prob);
-  const Plan plan = make_plan(p, device_facts(args.q.device_index));
+  const DeviceFacts dev = device_facts(args.q.device_index);
+  const Plan plan = make_plan(args, p, dev, DkdvKernels::portable);
+  if (!plan.mma) return "runs the fp16/bf16 backwards whose tiles fit the device (the portable SIMT path takes the rest)";
+  return hopper_dkdv_refusal(args, p, dev);
+#else
+  (void)args, (void)prob;
+  return "the Hopper kernels are not built";
+#endif
+}
+
+size_t backward_workspace(const BackwardArgs& args, const detail::AttentionProblem& prob, DkdvKernels kernels) {
+  BackwardParams p = make_params(args, prob);
+  const Plan plan = make_plan(args, p, device_facts(args.q.device_index), kernels);
   cuda::WorkspaceCarver w;
   carve(p, plan, w);
   return w.bytes() + cuda::WorkspaceCarver::kAlign;  // room to align the caller's base (launch_backward)
 }
 
-void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& prob, const Launch& launch) {
+void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& prob, const Launch& launch,
+                     DkdvKernels kernels) {
   DeviceGuard device(args.q.device_index);
   BackwardParams p = make_params(args, prob);
-  const Plan plan = make_plan(p, device_facts(args.q.device_index));
+  const Plan plan = make_plan(args, p, device_facts(args.q.device_index), kernels);
   // Carving starts at the caller's base rounded up to kAlign, so every piece is kAlign-aligned whatever the
   // caller passed (the dK/dV kernel's 16-byte vector atomics into dq_acc rely on it).
   constexpr size_t kAlign = cuda::WorkspaceCarver::kAlign;
@@ -263,8 +298,8 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
       queries = cuda::make_tile_schedule(p.a, plan.tiles.dq_rows, maps.queries);
       cuda::launch_build_tile_map(p.a, queries, maps.queries, stream);
     }
-    if (p.a.dtype == ElementType::f16) launch_mma_kernels<__half>(p, plan, keys, queries, stream);
-    else launch_mma_kernels<__nv_bfloat16>(p, plan, keys, queries, stream);
+    if (p.a.dtype == ElementType::f16) launch_mma_kernels<__half>(args, p, plan, keys, queries, stream);
+    else launch_mma_kernels<__nv_bfloat16>(args, p, plan, keys, queries, stream);
     if (!p.deterministic) cuda::bwd::launch_dq_convert(p, stream);
     if (p.head_parts > 1) cuda::bwd::launch_dkv_reduce(p, stream);
   } else {

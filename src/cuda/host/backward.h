@@ -64,13 +64,22 @@
 
 namespace flashgate::host {
 
+// The dK/dV kernel family of a backward: the portable one (every GPU from sm_80) or, on sm_90 for the requests
+// hopper_backward_refusal accepts, the Hopper one (the `hopper` backend's backward). The passes around it are
+// the same.
+enum class DkdvKernels { portable, hopper };
+
 // "" when the portable backward serves the request, else why not.
 std::string backward_refusal(const BackwardArgs&, const detail::AttentionProblem&);
 
+// "" when the backward with the Hopper dK/dV kernel serves the request, else why not.
+std::string hopper_backward_refusal(const BackwardArgs&, const detail::AttentionProblem&);
+
 // Workspace bytes launch_backward needs for these arguments on the current device.
-size_t backward_workspace(const BackwardArgs&, const detail::AttentionProblem&);
+size_t backward_workspace(const BackwardArgs&, const detail::AttentionProblem&, DkdvKernels = DkdvKernels::portable);
 
 // Runs the backward on launch.stream using launch.workspace (>= backward_workspace bytes).
-void launch_backward(const BackwardArgs&, const detail::AttentionProblem&, const Launch&);
+void launch_backward(const BackwardArgs&, const detail::AttentionProblem&, const Launch&,
+                     DkdvKernels = DkdvKernels::portable);
 
 }  // namespace flashgate::host

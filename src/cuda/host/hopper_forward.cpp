@@ -11,6 +11,7 @@
 #include "cuda/common/workspace.h"
 #include "cuda/host/attention_params.h"
 #include "cuda/host/device_facts.h"
+#include "cuda/host/hopper_maps.h"
 #include "cuda/host/tensor_map.h"
 #include "cuda/hopper/forward.h"
 
@@ -38,28 +39,6 @@ TileRows tile_rows(const cuda::AttentionParams& p) {
     r.queries = decltype(tile)::BM, r.keys = decltype(tile)::BN;
   });
   return r;
-}
-
-// A [B, T, heads, D] tensor as a 4-D tensor map (D, T, heads, B) with boxes of 64 dims x `rows` rows (zeros past
-// D fill a bucket's padding). Axes of extent 1 take the stride of a packed layout: theirs is never used, and TMA
-// wants every stride 16-byte aligned.
-cuda::TensorMapShape token_head_shape(const Tensor& t, int rows) {
-  cuda::TensorMapShape s;
-  s.rank = 4;
-  s.dims[0] = static_cast<uint64_t>(t.shape[3]), s.dims[1] = static_cast<uint64_t>(t.shape[1]);
-  s.dims[2] = static_cast<uint64_t>(t.shape[2]), s.dims[3] = static_cast<uint64_t>(t.shape[0]);
-  const int64_t packed[4] = {1, t.shape[3], t.shape[3] * t.shape[2], t.shape[3] * t.shape[2] * t.shape[1]};
-  const int axis_of[4] = {3, 1, 2, 0};  // map dim -> tensor axis
-  for (int i = 1; i < 4; ++i) {
-    const int axis = axis_of[i];
-    s.strides[i] = static_cast<uint64_t>(t.shape[axis] > 1 ? t.stride[axis] : packed[i]);
-  }
-  s.box[0] = 64, s.box[1] = static_cast<uint32_t>(rows), s.box[2] = 1, s.box[3] = 1;
-  return s;
-}
-
-bool tma_ready(const Tensor& t) {
-  return cuda::tensor_map_aligned(t.data, cuda::element_type(t.dtype), token_head_shape(t, 64));
 }
 
 struct Scratch {
@@ -96,8 +75,12 @@ std::string hopper_forward_refusal(const ForwardArgs& a, const detail::Attention
   if (cuda::hopper::forward_buckets(p.K, p.V).k == 0) return "takes head dims K and V up to 256 so far";
   if (p.K % 8 != 0 || p.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (p.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
+  // The kernel numbers its (query tile, head) items and (sequence, head) pairs in 32 bits; an upper bound of both.
+  const int64_t tiles = (p.T + 63) / 64 + p.num_seqs;
+  if (tiles * p.HQ > std::numeric_limits<int32_t>::max() || p.B * p.HQ > std::numeric_limits<int32_t>::max())
+    return "takes fewer than 2^31 (query tile, head) items";
   for (const Tensor* t : {&a.q, &a.k, &a.v})
-    if (!tma_ready(*t)) return "needs q, k and v with 16-byte aligned rows and strides (its tensor maps)";
+    if (!token_head_map_ready(*t)) return "needs q, k and v with 16-byte aligned rows and strides (its tensor maps)";
   if (cuda::row_copy_width(a.o) < 16) return "needs o with 16-byte aligned rows";
   return "";
 }
@@ -117,9 +100,9 @@ void launch_hopper_forward(const ForwardArgs& a, const detail::AttentionProblem&
   }
   const TileRows rows = tile_rows(p.a);
   const cuda::ElementType type = cuda::element_type(a.q.dtype);
-  p.q_map = cuda::make_tensor_map(a.q.data, type, token_head_shape(a.q, rows.queries));
-  p.k_map = cuda::make_tensor_map(a.k.data, type, token_head_shape(a.k, rows.keys));
-  p.v_map = cuda::make_tensor_map(a.v.data, type, token_head_shape(a.v, rows.keys));
+  p.q_map = cuda::make_tensor_map(a.q.data, type, token_head_map(a.q, rows.queries));
+  p.k_map = cuda::make_tensor_map(a.k.data, type, token_head_map(a.k, rows.keys));
+  p.v_map = cuda::make_tensor_map(a.v.data, type, token_head_map(a.v, rows.keys));
   const cuda::TileSchedule sched = cuda::make_tile_schedule(p.a, rows.queries, s.map);
   cuda::launch_build_tile_map(p.a, sched, s.map, launch.stream);
   const DeviceFacts dev = device_facts(a.q.device_index);

@@ -21,17 +21,6 @@
 
 namespace flashgate::cuda::bwd {
 
-// ---- work order -----------------------------------------------------------------------------------------
-
-// Key tiles in the order key-major CTAs should start, most work first: under the causal mask the first key
-// tile of a sequence is seen by the most query rows. Dense: tile 0 of every sequence, then tile 1, ...;
-// packed: the map's order (sequence by sequence, each from its first tile).
-__device__ __forceinline__ TileMapEntry key_tile_heaviest_first(const TileSchedule& s, int64_t order) {
-  if (s.map) return s.map[order];
-  const int64_t seqs = s.num_tiles / s.tiles_per_seq;
-  return {static_cast<int32_t>(order % seqs), static_cast<int32_t>(order / seqs)};
-}
-
 // ---- operand fragments ----------------------------------------------------------------------------------
 // A thread's ldmatrix row address for a warp's block of a row-major tile (ldsm_*); every m16/n16 tile and
 // k-step of the block is a compile-time byte offset from it (tile_offset). Addr is its form: a 32-bit shared

@@ -19,13 +19,14 @@ def accumulators(count):
 def shape(ctype, ptype, n):
     acc = n // 2
     body = []
-    # A and B from shared memory (descriptors).
-    body.append(f"""  __device__ __forceinline__ static void ss(float (&d)[{acc}], uint64_t a, uint64_t b, bool accumulate) {{
+    # A and B from shared memory (descriptors); kTransA 1: A is MN-major (M contiguous).
+    body.append(f"""  template <int kTransA = 0>
+  __device__ __forceinline__ static void ss(float (&d)[{acc}], uint64_t a, uint64_t b, bool accumulate) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} {{{regs(0, acc)}}}, %{acc}, %{acc + 1}, p, 1, 1, 0, %{acc + 3};\\n}}\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptype}.{ptype} {{{regs(0, acc)}}}, %{acc}, %{acc + 1}, p, 1, 1, %{acc + 4}, %{acc + 3};\\n}}\\n"
         : {accumulators(acc)}
-        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransB));
+        : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)), "n"(kTransB), "n"(kTransA));
   }}""")
     # A from registers (four 16-bit pairs), B from shared memory.
     body.append(f"""  __device__ __forceinline__ static void rs(float (&d)[{acc}], const uint32_t (&a)[4], uint64_t b, bool accumulate) {{

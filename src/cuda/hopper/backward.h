@@ -1,0 +1,51 @@
+// The Hopper backward's interface (host-includable): the key-major dK/dV kernel's params, tile and launcher; the
+// kernel is backward_kernel.cuh. It takes the place of the portable dK/dV kernel inside the backward's passes
+// (host/backward.cpp): the pre-pass (lse, D), the fp32 dq accumulator and its convert stay as they are.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/common/backward_params.h"
+#include "cuda/common/tile_scheduler.h"
+
+struct CUstream_st;
+
+namespace flashgate::cuda::hopper {
+
+// What the dK/dV kernel receives: the backward's params and the tensor maps of q, k, v and dout ([B][T][heads][D]
+// viewed innermost first: D, T, heads, B; boxes of 64 dims x the tile's rows, zero beyond the head dim).
+struct DkdvParams {
+  bwd::BackwardParams b;
+  CUtensorMap q_map, k_map, v_map, do_map;
+};
+
+// One CTA owns BN = 128 keys of one kv head: two consumer warpgroups of 64 keys each keep their dK and dV in
+// registers while the CTA walks the query tiles (BM = 64 rows) of every query head of the group that see its keys.
+// Per step: S^T = K Q^T and dP^T = V dO^T from shared memory, P^T and dS^T in registers as the A operands of
+// dV += P^T dO and dK += dS^T Q, dS^T through shared memory into dQ = dS K, added to the fp32 accumulator.
+// dQ splits over the head dim's 64-column halves at kD 128 (each consumer one half, from the whole dS), over the
+// consumers' keys at kD 64 (each consumer its own dS rows; twice the atomics, half the columns).
+template <int kD>
+struct DkdvTile {
+  static constexpr int BN = 128, BM = 64, kStages = 2, kBlocks = kD / 64;
+  static constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr bool kDqSplitsColumns = kD >= 128;
+  static constexpr uint32_t kKBytes = BN * kD * 2, kQBytes = BM * kD * 2, kDsBytes = BN * BM * 2;
+  static constexpr uint32_t kTermBytes = 2 * BM * 4;  // the row offset (log2 domain) and D of a step's rows
+  static constexpr uint32_t kSumBytes = 2 * 2 * 8 * BM * 4;  // E and mass partials per consumer warp, two buffers
+  static constexpr size_t smem_bytes() {
+    return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kDsBytes + kStages * kTermBytes + kSumBytes + 1024;
+  }
+  static_assert(kD == 64 || kD == 128, "head dims of the Hopper backward");
+  static_assert(smem_bytes() <= 227 * 1024, "the Hopper backward's buffers exceed shared memory");
+};
+
+// Launches the dK/dV kernel of bucket kD (K, V <= kD) over the key tiles `keys` (tile_rows BN), with the row sums
+// where p.b.needs_row_sums(). Instantiated per (T, kD) in backward_instances/.
+template <class T, int kD>
+void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, CUstream_st* stream);
+
+}  // namespace flashgate::cuda::hopper

@@ -1,0 +1,503 @@
+// The Hopper key-major backward kernel (sm_90a) for fp16/bf16 in the default (atomic dQ) mode: dK, dV of one key
+// tile and one kv head, dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row sums E
+// (and, with a gate, the mass) by atomics and the gate's column sums of dS. Its shape is backward.h's DkdvTile.
+//
+// Warpgroup 0 produces: one elected lane loads K and V once and streams each step's Q and dO tiles through a
+// two-stage ring with TMA; a second warp stages the step's row terms ((lse - Gc) in the log2 domain, +inf where a
+// row takes no probability; D) into a ring beside them. Warpgroups 1 and 2 consume, 64 keys each.
+//
+// Shared memory: K, V [kD/64][128 keys][64]; per stage Q, dO [kD/64][64 rows][64]; dS^T [2][128 keys][64 rows];
+// the terms [stage][lse | D][64]; with kRowSums the E and mass partials [2][warp][64]. Every 64-column block 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h
+// has the layouts); dS^T is written by the consumers in that same swizzle.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/common/backward_params.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/online_softmax.h"
+#include "cuda/common/sequence.h"
+#include "cuda/common/tile_scheduler.h"
+#include "cuda/common/visibility.h"
+#include "cuda/hopper/backward.h"
+#include "cuda/hopper/ring.h"
+#include "cuda/ptx/fast_math.h"
+#include "cuda/ptx/mma.h"
+#include "cuda/ptx/red.h"
+#include "cuda/ptx/tma.h"
+#include "cuda/ptx/warpgroup.h"
+#include "cuda/ptx/wgmma.h"
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FG_HOPPER_BWD_BODY 1
+#else
+#define FG_HOPPER_BWD_BODY 0
+#endif
+
+namespace flashgate::cuda::hopper {
+
+#if defined(__CUDACC__)
+namespace bwd_detail {
+
+// One CTA's work: key tile j0.. of one sequence and kv head, and the query rows that see it, walked as steps of
+// (query head of the group, query tile).
+struct KeyWork {
+  SequenceSpan seq;
+  int64_t seq_index = 0;  // the sequence's number (the batch index when dense)
+  int64_t hk = 0;
+  int j0 = 0, rows_begin = 0, tiles_per_head = 0, steps = 0;
+  bool valid = false;
+};
+
+template <int BN, int BM>
+__device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const TileSchedule& keys) {
+  const AttentionParams& a = p.a;
+  KeyWork w;
+  w.hk = blockIdx.x % a.H;
+  const TileMapEntry te = key_tile_heaviest_first(keys, blockIdx.x / a.H);
+  if (te.seq < 0) return w;
+  w.seq = sequence_span(a, te.seq);
+  w.seq_index = te.seq;
+  w.j0 = te.tile * BN;
+  if (w.j0 >= w.seq.len) return w;
+  w.valid = true;
+  const KeySpan rows = rows_seeing_keys(w.j0, w.j0 + BN, w.seq.len, a.window);
+  w.rows_begin = rows.begin;
+  w.tiles_per_head = rows.empty() ? 0 : (rows.end - rows.begin + BM - 1) / BM;
+  w.steps = static_cast<int>(a.group) * w.tiles_per_head;
+  return w;
+}
+
+// Step `it`: query head and first row.
+struct Step {
+  int64_t h;
+  int i0;
+};
+template <int BM>
+__device__ __forceinline__ Step step_of(const bwd::BackwardParams& p, const KeyWork& w, int it) {
+  const int head = it / w.tiles_per_head, tile = it - head * w.tiles_per_head;
+  return {w.hk * p.a.group + head, w.rows_begin + tile * BM};
+}
+
+// The CTA's buffers and barriers; the Q / dO and term rings count steps (ring.h).
+template <int kD>
+struct Buffers : Ring<DkdvTile<kD>::kStages> {
+  using Tile = DkdvTile<kD>;
+  using Ring<Tile::kStages>::kS;
+  static constexpr int kReleasers = 8;  // one lane per consumer warp
+
+  unsigned char* base;
+  uint64_t* bars;  // kv_full, then per stage q_full, q_empty, t_full, t_empty
+  static constexpr int kBarriers = 1 + 4 * kS;
+
+  template <class T>
+  __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
+  template <class T>
+  __device__ __forceinline__ T* v() const { return reinterpret_cast<T*>(base + Tile::kKBytes); }
+  template <class T>
+  __device__ __forceinline__ T* q(int s) const {
+    return reinterpret_cast<T*>(base + 2 * Tile::kKBytes + s * 2 * Tile::kQBytes);
+  }
+  template <class T>
+  __device__ __forceinline__ T* dout(int s) const { return q<T>(s) + Tile::kQBytes / 2; }
+  template <class T>
+  __device__ __forceinline__ T* ds(int buffer) const {
+    return reinterpret_cast<T*>(base + 2 * Tile::kKBytes + kS * 2 * Tile::kQBytes + buffer * Tile::kDsBytes);
+  }
+  // The row offsets r[BM] then D[BM] of stage s.
+  __device__ __forceinline__ float* terms(int s) const {
+    return reinterpret_cast<float*>(base + 2 * Tile::kKBytes + kS * 2 * Tile::kQBytes + 2 * Tile::kDsBytes) +
+           s * 2 * Tile::BM;
+  }
+  // The consumer warps' partial E and mass of a step's queries, [buffer][E | mass][8 warps][BM].
+  __device__ __forceinline__ float* sums(int buffer) const { return terms(kS) + buffer * 2 * 8 * Tile::BM; }
+  __device__ __forceinline__ uint64_t* kv_full() const { return bars; }
+  __device__ __forceinline__ uint64_t* q_full(int s) const { return bars + 1 + s; }
+  __device__ __forceinline__ uint64_t* q_empty(int s) const { return bars + 1 + kS + s; }
+  __device__ __forceinline__ uint64_t* t_full(int s) const { return bars + 1 + 2 * kS + s; }
+  __device__ __forceinline__ uint64_t* t_empty(int s) const { return bars + 1 + 3 * kS + s; }
+
+  __device__ __forceinline__ void init() const {
+    ptx::barrier_init(kv_full(), 1);
+    for (int s = 0; s < kS; ++s) {
+      ptx::barrier_init(q_full(s), 1), ptx::barrier_init(q_empty(s), kReleasers);
+      ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
+    }
+    ptx::fence_barrier_init();
+  }
+  // A consumer warp is done with stage s's Q and dO (after its wgmma wait: every lane's reads are complete).
+  __device__ __forceinline__ void release_q(int s) const { this->release(q_empty(s)); }
+};
+
+// The producer's lane: K and V once, then Q and dO of every step.
+template <class T, int kD>
+__device__ __forceinline__ void produce(const DkdvParams& p, const Buffers<kD>& buf, const KeyWork& w) {
+  using Tile = DkdvTile<kD>;
+  const int32_t token0 = static_cast<int32_t>(w.seq.start), batch = static_cast<int32_t>(w.seq.batch);
+  const int32_t hk = static_cast<int32_t>(w.hk);
+  if (w.steps == 0) return;  // nobody would wait for the copies
+  ptx::barrier_arrive_expect(buf.kv_full(), 2 * Tile::kKBytes);
+  for (int c = 0; c < Tile::kBlocks; ++c) {
+    ptx::tma_load(buf.template k<T>() + c * Tile::BN * 64, &p.k_map, {c * 64, token0 + w.j0, hk, batch}, buf.kv_full());
+    ptx::tma_load(buf.template v<T>() + c * Tile::BN * 64, &p.v_map, {c * 64, token0 + w.j0, hk, batch}, buf.kv_full());
+  }
+  for (int it = 0; it < w.steps; ++it) {
+    const Step st = step_of<Tile::BM>(p.b, w, it);
+    const int s = buf.stage(it);
+    buf.wait_free(buf.q_empty(s), it);
+    ptx::barrier_arrive_expect(buf.q_full(s), 2 * Tile::kQBytes);
+    const int32_t h = static_cast<int32_t>(st.h), row = token0 + st.i0;
+    for (int c = 0; c < Tile::kBlocks; ++c) {
+      ptx::tma_load(buf.template q<T>(s) + c * Tile::BM * 64, &p.q_map, {c * 64, row, h, batch}, buf.q_full(s));
+      ptx::tma_load(buf.template dout<T>(s) + c * Tile::BM * 64, &p.do_map, {c * 64, row, h, batch}, buf.q_full(s));
+    }
+  }
+}
+
+// A producer warp stages each step's row terms: the row offset r = (lse - Gc) log2 e, so that P = exp2(s scale
+// log2 e - r - Gc_key log2 e) (+inf where the row takes no probability: past the sequence, or a row that sees no
+// key), and D.
+template <int kD>
+__device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const Buffers<kD>& buf, const KeyWork& w) {
+  using Tile = DkdvTile<kD>;
+  const int lane = threadIdx.x % 32;
+  for (int it = 0; it < w.steps; ++it) {
+    const Step st = step_of<Tile::BM>(p, w, it);
+    const int s = buf.stage(it);
+    buf.wait_free(buf.t_empty(s), it);
+    const int64_t base = p.row_index(w.seq.batch, st.h, w.seq.start);
+    const float* gc = p.a.has_gate ? p.a.gc_row(w.seq.batch, st.h) + w.seq.start : nullptr;
+    float* dst = buf.terms(s);
+    for (int r = lane; r < Tile::BM; r += 32) {
+      const int i = st.i0 + r;
+      const float lse = i < w.seq.len ? p.lse[base + i] : -INFINITY;
+      dst[r] = lse == -INFINITY ? INFINITY : (lse - (gc ? gc[i] : 0.f)) * kLog2e;
+      dst[Tile::BM + r] = i < w.seq.len ? p.D[base + i] : 0.f;
+    }
+    ptx::barrier_arrive(buf.t_full(s));
+  }
+}
+
+// One consumer warpgroup: keys j0 + 64 me .. + 63 of the tile.
+template <class T, int kD, bool kRowSums>
+class Consumer {
+  using Tile = DkdvTile<kD>;
+  static constexpr int BM = Tile::BM, BN = Tile::BN;
+  static constexpr int kS = BM / 2;       // S^T, dP^T accumulators per thread (m64n64)
+  static constexpr int kAcc = kD / 2;     // dK, dV accumulators per thread (m64nkD)
+  static constexpr int kDqCols = Tile::kDqSplitsColumns ? 64 : kD;  // dQ columns of this consumer
+
+ public:
+  using Operand = uint32_t[BM / 16][4];
+
+  __device__ __forceinline__ Consumer(const bwd::BackwardParams& p, const KeyWork& w, int me)
+      : p_(p), w_(w), me_(me), lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32) {
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) dk_[i] = 0.f, dv_[i] = 0.f;
+  }
+
+  // This thread's two keys (rows g and g + 8 of its warp's 16).
+  __device__ __forceinline__ int key(int half) const { return w_.j0 + 64 * me_ + 16 * warp_ + lane_ / 4 + 8 * half; }
+
+  // kRowSums: the gate's key terms Gc_key log2 e of this thread's keys for query head h (0 without a gate).
+  __device__ __forceinline__ float2 key_terms(int64_t h) const {
+    if (!kRowSums || !p_.a.has_gate) return make_float2(0.f, 0.f);
+    const float* gc = p_.a.gc_row(w_.seq.batch, h) + w_.seq.start;
+    const int k0 = key(0), k1 = key(1);
+    return make_float2(k0 < w_.seq.len ? gc[k0] * kLog2e : 0.f, k1 < w_.seq.len ? gc[k1] * kLog2e : 0.f);
+  }
+
+  // S^T = K Q^T and dP^T = V dO^T for this consumer's keys, as one wgmma group.
+  __device__ __forceinline__ void issue_scores(float (&s)[kS], float (&dp)[kS], const Buffers<kD>& buf, int stage) const {
+    const T* k = buf.template k<T>() + 64 * me_ * 64;  // rows 64 me.. of every 64-column block
+    const T* v = buf.template v<T>() + 64 * me_ * 64;
+#pragma unroll
+    for (int step = 0; step < kD / 16; ++step) {
+      ptx::Wgmma<T, BM, 0>::ss(s, ptx::k_major_descriptor(k, BN, step),
+                               ptx::k_major_descriptor(buf.template q<T>(stage), BM, step), step > 0);
+    }
+#pragma unroll
+    for (int step = 0; step < kD / 16; ++step) {
+      ptx::Wgmma<T, BM, 0>::ss(dp, ptx::k_major_descriptor(v, BN, step),
+                               ptx::k_major_descriptor(buf.template dout<T>(stage), BM, step), step > 0);
+    }
+    ptx::wgmma_commit();
+  }
+
+  // s -> P^T, dp -> dS^T = P^T (dP^T - D) in place. Rows are this thread's keys, columns the step's queries.
+  // kRowSums: the warp's parts of E (sum_keys P dP) and the mass (sum_keys P) of each query go to `partials`
+  // ([E | mass][8 warps][BM], summed over the warp's 16 keys as they are made, so no array of them stays live), and
+  // the key rows' sums of dS^T are added to colsum_ (the gate's column sums).
+  __device__ __forceinline__ void gradients(float (&s)[kS], float (&dp)[kS], const float* terms, int i0, bool masked,
+                                            float2 key_term, float* partials) {
+    const AttentionParams& a = p_.a;
+    const int g = lane_ / 4, c = lane_ % 4, warp = 4 * me_ + warp_;
+    const unsigned bound = distance_bound(a.window);
+#pragma unroll
+    for (int j = 0; j < BM / 8; ++j) {
+      const float2 r = *reinterpret_cast<const float2*>(terms + 8 * j + 2 * c);
+      const float2 d = *reinterpret_cast<const float2*>(terms + BM + 8 * j + 2 * c);
+      float e_part[2] = {0.f, 0.f}, mass_part[2] = {0.f, 0.f};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int q = i0 + 8 * j + 2 * c + (e & 1), kk = key(e >> 1);
+        const float offset = ((e & 1) ? r.y : r.x) + (kRowSums ? ((e >> 1) ? key_term.y : key_term.x) : 0.f);
+        float pr = ptx::exp2_ftz(fmaf(s[4 * j + e], a.scale_log2, -offset));
+        if (masked && (!visible_at_distance(q - kk, bound) || kk >= w_.seq.len)) pr = 0.f;
+        const float dpv = dp[4 * j + e];
+        s[4 * j + e] = pr;
+        dp[4 * j + e] = pr * (dpv - ((e & 1) ? d.y : d.x));
+        if constexpr (kRowSums) {
+          e_part[e & 1] += pr * dpv;
+          mass_part[e & 1] += pr;
+          colsum_[e >> 1] += dp[4 * j + e];
+        }
+      }
+      if constexpr (kRowSums) {
+#pragma unroll
+        for (int lo = 0; lo < 2; ++lo) {
+          const float e_sum = column_sum(e_part[lo]), mass_sum = column_sum(mass_part[lo]);
+          if (g == 0) {
+            partials[warp * BM + 8 * j + 2 * c + lo] = e_sum;
+            partials[(8 + warp) * BM + 8 * j + 2 * c + lo] = mass_sum;
+          }
+        }
+      }
+    }
+  }
+
+  // kRowSums: after every consumer stored its partials, 64 of them add a query's eight into E (and the mass).
+  __device__ __forceinline__ void add_sums(const float* partials, int64_t h, int i0) const {
+    const int t = ptx::warpgroup_thread() + 128 * me_;
+    if (t >= BM || i0 + t >= w_.seq.len) return;
+    float e = 0.f, mass = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) e += partials[w * BM + t], mass += partials[(8 + w) * BM + t];
+    const int64_t row = p_.row_index(w_.seq.batch, h, w_.seq.start) + i0 + t;
+    atomicAdd(p_.E + row, e);
+    if (p_.a.has_gate) atomicAdd(p_.mass + row, mass);
+  }
+
+  // kRowSums with a gate: at the end of query head h's steps, the key rows' sums of dS over its queries.
+  __device__ __forceinline__ void store_colsum(int64_t h) {
+    if constexpr (kRowSums) {
+      const int64_t base = p_.row_index(w_.seq.batch, h, w_.seq.start);
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float v = quad_sum(colsum_[half]);
+        colsum_[half] = 0.f;
+        if (p_.a.has_gate && lane_ % 4 == 0 && key(half) < w_.seq.len) p_.colsum[base + key(half)] = v;
+      }
+    }
+  }
+
+  // Accumulator places are the A operand's (cuda/ptx/wgmma.h): columns 16t.. of an m64n64 tile are k-step t.
+  __device__ __forceinline__ static void to_operand(const float (&x)[kS], Operand& a) {
+#pragma unroll
+    for (int t = 0; t < BM / 16; ++t) {
+      a[t][0] = ptx::pack2<T>(x[8 * t + 0], x[8 * t + 1]);
+      a[t][1] = ptx::pack2<T>(x[8 * t + 2], x[8 * t + 3]);
+      a[t][2] = ptx::pack2<T>(x[8 * t + 4], x[8 * t + 5]);
+      a[t][3] = ptx::pack2<T>(x[8 * t + 6], x[8 * t + 7]);
+    }
+  }
+
+  // dS^T into shared memory (rows: the tile's keys, columns: the step's queries; one 64-column swizzled block)
+  // for dQ = dS K, then a fence so that the tensor cores see it.
+  __device__ __forceinline__ void store_ds(const float (&ds)[kS], T* tile) const {
+    const int g = lane_ / 4, c = lane_ % 4;
+    unsigned char* bytes = reinterpret_cast<unsigned char*>(tile);
+#pragma unroll
+    for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = 64 * me_ + 16 * warp_ + g + 8 * half;
+        *reinterpret_cast<uint32_t*>(bytes + r * 128 + ((j ^ (r & 7)) * 16) + 4 * c) =
+            ptx::pack2<T>(ds[4 * j + 2 * half], ds[4 * j + 2 * half + 1]);
+      }
+    ptx::fence_async_shared();
+  }
+
+  // dV += P^T dO and dK += dS^T Q (dO and Q read transposed from their TMA layout), as one wgmma group.
+  __device__ __forceinline__ void issue_kv(const Operand& pt, const Operand& dst, const Buffers<kD>& buf, int stage) {
+#pragma unroll
+    for (int t = 0; t < BM / 16; ++t)
+      ptx::Wgmma<T, kD, 1>::rs(dv_, pt[t], ptx::mn_major_descriptor(buf.template dout<T>(stage), BM, t), true);
+#pragma unroll
+    for (int t = 0; t < BM / 16; ++t)
+      ptx::Wgmma<T, kD, 1>::rs(dk_, dst[t], ptx::mn_major_descriptor(buf.template q<T>(stage), BM, t), true);
+    ptx::wgmma_commit();
+  }
+
+  // dQ = dS K for this consumer's share: dS read transposed from dS^T, K transposed from its TMA layout.
+  __device__ __forceinline__ void issue_dq(float (&dq)[kDqCols / 2], const T* ds_tile, const Buffers<kD>& buf) const {
+    if constexpr (Tile::kDqSplitsColumns) {
+      const T* k = buf.template k<T>() + me_ * BN * 64;  // 64-column block me
+#pragma unroll
+      for (int t = 0; t < BN / 16; ++t)
+        ptx::Wgmma<T, kDqCols, 1>::template ss<1>(dq, ptx::mn_major_descriptor(ds_tile, BN, t),
+                                                  ptx::mn_major_descriptor(k, BN, t), t > 0);
+    } else {
+      const T* ds = ds_tile + 64 * me_ * 64;  // this consumer's 64 keys
+      const T* k = buf.template k<T>() + 64 * me_ * 64;
+#pragma unroll
+      for (int t = 0; t < 64 / 16; ++t)
+        ptx::Wgmma<T, kDqCols, 1>::template ss<1>(dq, ptx::mn_major_descriptor(ds, BN, t),
+                                                  ptx::mn_major_descriptor(k, BN, t), t > 0);
+    }
+    ptx::wgmma_commit();
+  }
+
+  // Adds dQ (rows: the step's queries, as the accumulator's warp rows) into dq_acc's fragment order.
+  __device__ __forceinline__ void add_dq(const float (&dq)[kDqCols / 2], int64_t h, int i0) const {
+    const AttentionParams& a = p_.a;
+    const int i_first = i0 + 16 * warp_;
+    if (i_first >= w_.seq.len) return;
+    const int col0 = Tile::kDqSplitsColumns ? 64 * me_ : 0;
+    const int64_t row0 = bwd::dq_row(a, w_.seq.batch, h, w_.seq_index, w_.seq.start);
+    float* at = p_.dq_acc + bwd::dq_acc_offset(row0, i_first, col0, p_.K16) + 4 * lane_;
+#pragma unroll
+    for (int j = 0; j < kDqCols / 8; ++j) {
+      if (col0 + 8 * j >= p_.K16) break;
+#if FG_HOPPER_BWD_BODY
+      ptx::red_add_v4_f32(at + j * 128, make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]));
+#endif
+    }
+  }
+
+  __device__ __forceinline__ void hold_kv() {
+    ptx::wgmma_hold(dk_);
+    ptx::wgmma_hold(dv_);
+  }
+
+  // dK (times scale) and dV of this thread's keys.
+  __device__ __forceinline__ void store() const {
+    const AttentionParams& a = p_.a;
+    const int g = lane_ / 4, c = lane_ % 4;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int key = w_.j0 + 64 * me_ + 16 * warp_ + g + 8 * half;
+      if (key >= w_.seq.len) continue;
+      T* dk = p_.dk.template row<T>(w_.seq.batch, w_.seq.start + key, w_.hk) + 2 * c;
+      T* dv = p_.dv.template row<T>(w_.seq.batch, w_.seq.start + key, w_.hk) + 2 * c;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        if (8 * j < a.K)
+          *reinterpret_cast<uint32_t*>(dk + 8 * j) =
+              ptx::pack2<T>(dk_[4 * j + 2 * half] * a.scale, dk_[4 * j + 2 * half + 1] * a.scale);
+        if (8 * j < a.V)
+          *reinterpret_cast<uint32_t*>(dv + 8 * j) = ptx::pack2<T>(dv_[4 * j + 2 * half], dv_[4 * j + 2 * half + 1]);
+      }
+    }
+  }
+
+ private:
+  const bwd::BackwardParams& p_;
+  const KeyWork w_;
+  const int me_, lane_, warp_;
+  float dk_[kAcc], dv_[kAcc];
+  float colsum_[kRowSums ? 2 : 1] = {};  // kRowSums: this thread's part of its keys' dS sums for the current head
+};
+
+}  // namespace bwd_detail
+
+// One CTA per (key tile of 128 keys, kv head), the tiles most query rows see first.
+template <class T, int kD, bool kRowSums>
+__global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
+    dkdv_kernel(const __grid_constant__ DkdvParams p, const __grid_constant__ TileSchedule keys) {
+#if FG_HOPPER_BWD_BODY
+  using Tile = DkdvTile<kD>;
+  using Buffers = bwd_detail::Buffers<kD>;
+  extern __shared__ unsigned char raw[];
+  __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
+  const Buffers buf{{}, reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023}),
+                    bars};
+  if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys).valid) return;
+
+  if (threadIdx.x == 0) buf.init();
+  __syncthreads();
+
+  // Nothing stays live across setmaxnreg (ptxas would spill it): each role derives its work afterwards.
+  if (threadIdx.x < 128) {
+    ptx::setmaxnreg_dec<Tile::kProducerRegs>();
+    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys);
+    const int warp = threadIdx.x / 32;
+    if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w);
+    else if (warp == 1) bwd_detail::stage_terms(p.b, buf, w);
+    return;
+  }
+
+  ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
+  const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys);
+  const int me = ptx::warpgroup_index() - 1;
+  using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
+  Consumer c(p.b, w, me);
+  // Both consumers' dS^T halves are read by both (dQ over columns) or each its own (over keys): named barrier 1
+  // joins the two, 2 + me the one. The row sums' partials are read across both.
+  const auto ds_ready = [&] {
+    if constexpr (Tile::kDqSplitsColumns || kRowSums) ptx::named_barrier_sync(1, 256);
+    else ptx::named_barrier_sync(2 + me, 128);
+  };
+  if (w.steps > 0) ptx::barrier_wait(buf.kv_full(), 0);
+  float2 key_term = c.key_terms(w.hk * p.b.a.group);
+  for (int it = 0; it < w.steps; ++it) {
+    const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
+    const int s = buf.stage(it);
+    ptx::barrier_wait(buf.q_full(s), buf.parity(it));
+    ptx::barrier_wait(buf.t_full(s), buf.parity(it));  // not between issue and wait: a loop there serialises wgmma
+    float sc[Tile::BM / 2], dp[Tile::BM / 2];
+    ptx::wgmma_fence();
+    c.issue_scores(sc, dp, buf, s);
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_hold(sc);
+    ptx::wgmma_hold(dp);
+    const bool masked = block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window);
+    c.gradients(sc, dp, buf.terms(s), st.i0, masked, key_term, buf.sums(it % 2));
+    ptx::barrier_arrive(buf.t_empty(s));
+    typename Consumer::Operand pt, dst;
+    c.to_operand(sc, pt);
+    c.to_operand(dp, dst);
+    T* ds_tile = buf.template ds<T>(it % 2);
+    c.store_ds(dp, ds_tile);
+    ptx::wgmma_fence();
+    c.issue_kv(pt, dst, buf, s);
+    ds_ready();
+    float dq[(Tile::kDqSplitsColumns ? 64 : kD) / 2];
+    c.issue_dq(dq, ds_tile, buf);
+    ptx::wgmma_wait<0>();
+    c.hold_kv();
+    ptx::wgmma_hold(dq);
+    buf.release_q(s);
+    c.add_dq(dq, st.h, st.i0);
+    if constexpr (kRowSums) {
+      c.add_sums(buf.sums(it % 2), st.h, st.i0);
+      if ((it + 1) % w.tiles_per_head == 0) {  // the head's last step
+        c.store_colsum(st.h);
+        if (it + 1 < w.steps) key_term = c.key_terms(st.h + 1);
+      }
+    }
+  }
+  // Keys no query row sees (window 0) still get their zero column sums.
+  if (kRowSums && p.b.a.has_gate && w.steps == 0)
+    for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h);
+  c.store();
+#endif
+}
+
+template <class T, int kD>
+void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, CUstream_st* stream) {
+  using Tile = DkdvTile<kD>;
+  const int64_t ctas = keys.num_tiles * p.b.a.H;
+  if (ctas == 0) return;
+  const auto kernel = p.b.needs_row_sums() ? dkdv_kernel<T, kD, true> : dkdv_kernel<T, kD, false>;
+  FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(Tile::smem_bytes())));
+  kernel<<<static_cast<unsigned>(ctas), Tile::kThreads, Tile::smem_bytes(), stream>>>(p, keys);
+  FLASHGATE_CHECK_LAUNCH("hopper dkdv_kernel");
+}
+#endif  // __CUDACC__
+
+}  // namespace flashgate::cuda::hopper

@@ -1,0 +1,28 @@
+// The Hopper backward's host side: whether its dK/dV kernel (src/cuda/hopper/backward_kernel.cuh) takes the
+// place of the portable one in a backward, and its launch. The passes around it are host/backward.cpp's.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "cuda/common/backward_params.h"
+#include "cuda/common/tile_scheduler.h"
+#include "cuda/host/device_facts.h"
+#include "flashgate/ops.h"
+
+namespace flashgate::host {
+
+// Key rows per CTA of the Hopper dK/dV kernel (the key tile schedule's tile_rows).
+int hopper_dkdv_key_rows();
+
+// "" when the Hopper dK/dV kernel serves this backward (its params `p` planned for the MMA path), else why not:
+// it takes an sm_90 device, fp16/bf16, K and V up to 128 (multiples of 8; above 16: smaller ones take the
+// exact-D pre-pass), every feature, the default (atomic dQ) mode, and tensor-map-ready q, k, v, dout.
+std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const DeviceFacts& dev);
+
+// Runs it over `keys` (tile_rows hopper_dkdv_key_rows()); p.head_parts must be 1.
+void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const cuda::TileSchedule& keys,
+                        cudaStream_t stream);
+
+}  // namespace flashgate::host
