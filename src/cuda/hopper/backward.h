@@ -23,16 +23,16 @@ struct DkdvParams {
 };
 
 // One CTA owns BN = 128 keys of one kv head: two consumer warpgroups of 64 keys each keep their dK and dV in
-// registers while the CTA walks the query tiles (BM = 64 rows) of every query head of the group that see its keys.
-// Per step: S^T = K Q^T and dP^T = V dO^T from shared memory, P^T and dS^T in registers as the A operands of
-// dV += P^T dO and dK += dS^T Q, dS^T through shared memory into dQ = dS K, added to the fp32 accumulator.
-// dQ splits over the head dim's 64-column halves at kD 128 (each consumer one half, from the whole dS), over the
-// consumers' keys at kD 64 (each consumer its own dS rows; twice the atomics, half the columns).
+// registers while the CTA walks the query tiles (BM rows: 128 at kD 64, 64 at kD 128) of every query head of the
+// group that see its keys. Per step: S^T = K Q^T and dP^T = V dO^T from shared memory, P^T and dS^T in registers as
+// the A operands of dV += P^T dO and dK += dS^T Q, dS^T through shared memory into dQ = dS K, added to the fp32
+// accumulator. Each consumer makes one 64 x 64 block of the step's dQ over all 128 keys: at kD 128 the head dim's
+// 64-column half `me` of the 64 rows, at kD 64 the 64 rows `me` of the 128.
 template <int kD>
 struct DkdvTile {
-  static constexpr int BN = 128, BM = 64, kStages = 2, kBlocks = kD / 64;
+  static constexpr int BN = 128, BM = kD == 64 ? 128 : 64, kStages = 2, kBlocks = kD / 64;
   static constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240;
-  static constexpr bool kDqSplitsColumns = kD >= 128;
+  static constexpr bool kDqSplitsColumns = kD >= 128;  // else it splits the step's rows
   static constexpr uint32_t kKBytes = BN * kD * 2, kQBytes = BM * kD * 2, kDsBytes = BN * BM * 2;
   static constexpr uint32_t kTermBytes = 2 * BM * 4;  // the row offset (log2 domain) and D of a step's rows
   static constexpr uint32_t kSumBytes = 2 * 2 * 8 * BM * 4;  // E and mass partials per consumer warp, two buffers
@@ -40,6 +40,7 @@ struct DkdvTile {
     return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kDsBytes + kStages * kTermBytes + kSumBytes + 1024;
   }
   static_assert(kD == 64 || kD == 128, "head dims of the Hopper backward");
+  static_assert(BM * kD == 64 * 128, "each consumer's dQ block is 64 x 64");
   static_assert(smem_bytes() <= 227 * 1024, "the Hopper backward's buffers exceed shared memory");
 };
 

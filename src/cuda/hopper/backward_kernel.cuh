@@ -186,9 +186,9 @@ template <class T, int kD, bool kRowSums>
 class Consumer {
   using Tile = DkdvTile<kD>;
   static constexpr int BM = Tile::BM, BN = Tile::BN;
-  static constexpr int kS = BM / 2;       // S^T, dP^T accumulators per thread (m64n64)
+  static constexpr int kS = BM / 2;       // S^T, dP^T accumulators per thread (m64nBM)
   static constexpr int kAcc = kD / 2;     // dK, dV accumulators per thread (m64nkD)
-  static constexpr int kDqCols = Tile::kDqSplitsColumns ? 64 : kD;  // dQ columns of this consumer
+  static constexpr int kDq = 64 / 2;      // dQ accumulators per thread (one m64n64 block)
 
  public:
   using Operand = uint32_t[BM / 16][4];
@@ -227,12 +227,15 @@ class Consumer {
     ptx::wgmma_commit();
   }
 
-  // s -> P^T, dp -> dS^T = P^T (dP^T - D) in place. Rows are this thread's keys, columns the step's queries.
+  // P^T from s and dS^T = P^T (dP^T - D) from dp, packed into the A operands pt and dst as they are made (the
+  // fp32 values die at once). Rows are this thread's keys, columns the step's queries; kMasked: the step's block
+  // crosses the causal diagonal, the window's edge or the sequence's end.
   // kRowSums: the warp's parts of E (sum_keys P dP) and the mass (sum_keys P) of each query go to `partials`
   // ([E | mass][8 warps][BM], summed over the warp's 16 keys as they are made, so no array of them stays live), and
   // the key rows' sums of dS^T are added to colsum_ (the gate's column sums).
-  __device__ __forceinline__ void gradients(float (&s)[kS], float (&dp)[kS], const float* terms, int i0, bool masked,
-                                            float2 key_term, float* partials) {
+  template <bool kMasked>
+  __device__ __forceinline__ void gradients(float (&s)[kS], float (&dp)[kS], const float* terms, int i0,
+                                            float2 key_term, float* partials, Operand& pt, Operand& dst) {
     const AttentionParams& a = p_.a;
     const int g = lane_ / 4, c = lane_ % 4, warp = 4 * me_ + warp_;
     const unsigned bound = distance_bound(a.window);
@@ -246,7 +249,7 @@ class Consumer {
         const int q = i0 + 8 * j + 2 * c + (e & 1), kk = key(e >> 1);
         const float offset = ((e & 1) ? r.y : r.x) + (kRowSums ? ((e >> 1) ? key_term.y : key_term.x) : 0.f);
         float pr = ptx::exp2_ftz(fmaf(s[4 * j + e], a.scale_log2, -offset));
-        if (masked && (!visible_at_distance(q - kk, bound) || kk >= w_.seq.len)) pr = 0.f;
+        if (kMasked && (!visible_at_distance(q - kk, bound) || kk >= w_.seq.len)) pr = 0.f;
         const float dpv = dp[4 * j + e];
         s[4 * j + e] = pr;
         dp[4 * j + e] = pr * (dpv - ((e & 1) ? d.y : d.x));
@@ -255,6 +258,11 @@ class Consumer {
           mass_part[e & 1] += pr;
           colsum_[e >> 1] += dp[4 * j + e];
         }
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // the operand places of cuda/ptx/wgmma.h: k-step j / 2
+        pt[j / 2][2 * (j % 2) + half] = ptx::pack2<T>(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]);
+        dst[j / 2][2 * (j % 2) + half] = ptx::pack2<T>(dp[4 * j + 2 * half], dp[4 * j + 2 * half + 1]);
       }
       if constexpr (kRowSums) {
 #pragma unroll
@@ -294,29 +302,18 @@ class Consumer {
     }
   }
 
-  // Accumulator places are the A operand's (cuda/ptx/wgmma.h): columns 16t.. of an m64n64 tile are k-step t.
-  __device__ __forceinline__ static void to_operand(const float (&x)[kS], Operand& a) {
-#pragma unroll
-    for (int t = 0; t < BM / 16; ++t) {
-      a[t][0] = ptx::pack2<T>(x[8 * t + 0], x[8 * t + 1]);
-      a[t][1] = ptx::pack2<T>(x[8 * t + 2], x[8 * t + 3]);
-      a[t][2] = ptx::pack2<T>(x[8 * t + 4], x[8 * t + 5]);
-      a[t][3] = ptx::pack2<T>(x[8 * t + 6], x[8 * t + 7]);
-    }
-  }
-
-  // dS^T into shared memory (rows: the tile's keys, columns: the step's queries; one 64-column swizzled block)
-  // for dQ = dS K, then a fence so that the tensor cores see it.
-  __device__ __forceinline__ void store_ds(const float (&ds)[kS], T* tile) const {
+  // dS^T into shared memory (rows: the tile's keys, columns: the step's queries in swizzled 64-column blocks) for
+  // dQ = dS K, then a fence so that the tensor cores see it.
+  __device__ __forceinline__ void store_ds(const Operand& ds, T* tile) const {
     const int g = lane_ / 4, c = lane_ % 4;
     unsigned char* bytes = reinterpret_cast<unsigned char*>(tile);
 #pragma unroll
     for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const int r = 64 * me_ + 16 * warp_ + g + 8 * half;
-        *reinterpret_cast<uint32_t*>(bytes + r * 128 + ((j ^ (r & 7)) * 16) + 4 * c) =
-            ptx::pack2<T>(ds[4 * j + 2 * half], ds[4 * j + 2 * half + 1]);
+        const int r = 64 * me_ + 16 * warp_ + g + 8 * half, chunk = j % 8;
+        *reinterpret_cast<uint32_t*>(bytes + (j / 8) * BN * 128 + r * 128 + ((chunk ^ (r & 7)) * 16) + 4 * c) =
+            ds[j / 2][2 * (j % 2) + half];
       }
     ptx::fence_async_shared();
   }
@@ -332,35 +329,31 @@ class Consumer {
     ptx::wgmma_commit();
   }
 
-  // dQ = dS K for this consumer's share: dS read transposed from dS^T, K transposed from its TMA layout.
-  __device__ __forceinline__ void issue_dq(float (&dq)[kDqCols / 2], const T* ds_tile, const Buffers<kD>& buf) const {
-    if constexpr (Tile::kDqSplitsColumns) {
-      const T* k = buf.template k<T>() + me_ * BN * 64;  // 64-column block me
+  // This consumer's dQ block (backward.h): its first row in the step and first column.
+  __device__ __forceinline__ int dq_row0() const { return Tile::kDqSplitsColumns ? 0 : 64 * me_; }
+  __device__ __forceinline__ int dq_col0() const { return Tile::kDqSplitsColumns ? 64 * me_ : 0; }
+
+  // dQ = dS K for this consumer's block over all BN keys: dS read transposed from dS^T's 64-column block of its
+  // rows, K transposed from the TMA layout's 64-column block of its columns.
+  __device__ __forceinline__ void issue_dq(float (&dq)[kDq], const T* ds_tile, const Buffers<kD>& buf) const {
+    const T* ds = ds_tile + (dq_row0() / 64) * BN * 64;
+    const T* k = buf.template k<T>() + (dq_col0() / 64) * BN * 64;
 #pragma unroll
-      for (int t = 0; t < BN / 16; ++t)
-        ptx::Wgmma<T, kDqCols, 1>::template ss<1>(dq, ptx::mn_major_descriptor(ds_tile, BN, t),
-                                                  ptx::mn_major_descriptor(k, BN, t), t > 0);
-    } else {
-      const T* ds = ds_tile + 64 * me_ * 64;  // this consumer's 64 keys
-      const T* k = buf.template k<T>() + 64 * me_ * 64;
-#pragma unroll
-      for (int t = 0; t < 64 / 16; ++t)
-        ptx::Wgmma<T, kDqCols, 1>::template ss<1>(dq, ptx::mn_major_descriptor(ds, BN, t),
-                                                  ptx::mn_major_descriptor(k, BN, t), t > 0);
-    }
+    for (int t = 0; t < BN / 16; ++t)
+      ptx::Wgmma<T, 64, 1>::template ss<1>(dq, ptx::mn_major_descriptor(ds, BN, t), ptx::mn_major_descriptor(k, BN, t),
+                                           t > 0);
     ptx::wgmma_commit();
   }
 
-  // Adds dQ (rows: the step's queries, as the accumulator's warp rows) into dq_acc's fragment order.
-  __device__ __forceinline__ void add_dq(const float (&dq)[kDqCols / 2], int64_t h, int i0) const {
+  // Adds the dQ block (rows as the accumulator's warp rows) into dq_acc's fragment order.
+  __device__ __forceinline__ void add_dq(const float (&dq)[kDq], int64_t h, int i0) const {
     const AttentionParams& a = p_.a;
-    const int i_first = i0 + 16 * warp_;
+    const int i_first = i0 + dq_row0() + 16 * warp_, col0 = dq_col0();
     if (i_first >= w_.seq.len) return;
-    const int col0 = Tile::kDqSplitsColumns ? 64 * me_ : 0;
     const int64_t row0 = bwd::dq_row(a, w_.seq.batch, h, w_.seq_index, w_.seq.start);
     float* at = p_.dq_acc + bwd::dq_acc_offset(row0, i_first, col0, p_.K16) + 4 * lane_;
 #pragma unroll
-    for (int j = 0; j < kDqCols / 8; ++j) {
+    for (int j = 0; j < 64 / 8; ++j) {
       if (col0 + 8 * j >= p_.K16) break;
 #if FG_HOPPER_BWD_BODY
       ptx::red_add_v4_f32(at + j * 128, make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]));
@@ -413,8 +406,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   using Buffers = bwd_detail::Buffers<kD>;
   extern __shared__ unsigned char raw[];
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
-  const Buffers buf{{}, reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023}),
-                    bars};
+  const Buffers buf{{}, ptx::swizzle_aligned(raw), bars};
   if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys).valid) return;
 
   if (threadIdx.x == 0) buf.init();
@@ -435,12 +427,6 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   const int me = ptx::warpgroup_index() - 1;
   using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
   Consumer c(p.b, w, me);
-  // Both consumers' dS^T halves are read by both (dQ over columns) or each its own (over keys): named barrier 1
-  // joins the two, 2 + me the one. The row sums' partials are read across both.
-  const auto ds_ready = [&] {
-    if constexpr (Tile::kDqSplitsColumns || kRowSums) ptx::named_barrier_sync(1, 256);
-    else ptx::named_barrier_sync(2 + me, 128);
-  };
   if (w.steps > 0) ptx::barrier_wait(buf.kv_full(), 0);
   float2 key_term = c.key_terms(w.hk * p.b.a.group);
   for (int it = 0; it < w.steps; ++it) {
@@ -455,17 +441,16 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     ptx::wgmma_hold(sc);
     ptx::wgmma_hold(dp);
     const bool masked = block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window);
-    c.gradients(sc, dp, buf.terms(s), st.i0, masked, key_term, buf.sums(it % 2));
-    ptx::barrier_arrive(buf.t_empty(s));
     typename Consumer::Operand pt, dst;
-    c.to_operand(sc, pt);
-    c.to_operand(dp, dst);
+    if (masked) c.template gradients<true>(sc, dp, buf.terms(s), st.i0, key_term, buf.sums(it % 2), pt, dst);
+    else c.template gradients<false>(sc, dp, buf.terms(s), st.i0, key_term, buf.sums(it % 2), pt, dst);
+    ptx::barrier_arrive(buf.t_empty(s));
     T* ds_tile = buf.template ds<T>(it % 2);
-    c.store_ds(dp, ds_tile);
+    c.store_ds(dst, ds_tile);
     ptx::wgmma_fence();
     c.issue_kv(pt, dst, buf, s);
-    ds_ready();
-    float dq[(Tile::kDqSplitsColumns ? 64 : kD) / 2];
+    ptx::named_barrier_sync(1, 256);  // both consumers' dS^T rows (and row-sum partials) are in
+    float dq[64 / 2];
     c.issue_dq(dq, ds_tile, buf);
     ptx::wgmma_wait<0>();
     c.hold_kv();

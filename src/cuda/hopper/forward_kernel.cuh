@@ -224,8 +224,7 @@ __global__ void __launch_bounds__(ForwardTile<kK, kV>::kThreads, 1)
   using Stages = detail::Stages<kK, kV>;
   extern __shared__ unsigned char raw[];
   __shared__ alignas(8) uint64_t bars[Stages::kBarriers];
-  const Stages st{{}, reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023}),
-                  bars};
+  const Stages st{{}, ptx::swizzle_aligned(raw), bars};
   if (threadIdx.x == 0) st.init();
   __syncthreads();
 

@@ -35,11 +35,12 @@ void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParam
   cuda::hopper::DkdvParams dp;
   dp.b = p;
   const int kd = p.a.K <= 64 && p.a.V <= 64 ? 64 : 128;
+  const int query_rows = kd == 64 ? DkdvTile<64>::BM : DkdvTile<128>::BM;
   const cuda::ElementType type = p.a.dtype;
-  dp.q_map = cuda::make_tensor_map(args.q.data, type, token_head_map(args.q, DkdvTile<64>::BM));
+  dp.q_map = cuda::make_tensor_map(args.q.data, type, token_head_map(args.q, query_rows));
   dp.k_map = cuda::make_tensor_map(args.k.data, type, token_head_map(args.k, DkdvTile<64>::BN));
   dp.v_map = cuda::make_tensor_map(args.v.data, type, token_head_map(args.v, DkdvTile<64>::BN));
-  dp.do_map = cuda::make_tensor_map(args.dout.data, type, token_head_map(args.dout, DkdvTile<64>::BM));
+  dp.do_map = cuda::make_tensor_map(args.dout.data, type, token_head_map(args.dout, query_rows));
   if (type == cuda::ElementType::f16) {
     if (kd == 64) cuda::hopper::launch_dkdv<__half, 64>(dp, keys, stream);
     else cuda::hopper::launch_dkdv<__half, 128>(dp, keys, stream);

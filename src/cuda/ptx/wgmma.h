@@ -37,6 +37,12 @@ __device__ __forceinline__ uint64_t smem_descriptor(const void* smem, uint32_t l
   return d;
 }
 
+// The first 1024-byte aligned byte of dynamic shared memory `raw` (a swizzle block's alignment), reached by pointer
+// arithmetic on `raw` so that the compiler still knows it is shared memory (and loads from it stay LDS).
+__device__ __forceinline__ unsigned char* swizzle_aligned(unsigned char* raw) {
+  return raw + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(raw)) & 1023u)) & 1023u);
+}
+
 // Bytes of one 64-column block of a tile with `rows` rows (128 bytes a row).
 __host__ __device__ constexpr uint32_t swizzle_block_bytes(int rows) { return static_cast<uint32_t>(rows) * 128u; }
 
