@@ -4,11 +4,14 @@
 //
 // Warpgroup 0 produces: one elected lane loads K and V once and streams each step's Q and dO tiles through a
 // two-stage ring with TMA; a second warp stages the step's row terms ((lse - Gc) in the log2 domain, +inf where a
-// row takes no probability; D) into a ring beside them. Warpgroups 1 and 2 consume, 64 keys each.
+// row takes no probability; D) into a ring beside them. Warpgroups 1 and 2 consume, 64 keys each. A consumer's
+// step: S^T and dP^T (P made while dP^T runs), dS^T, dV and dK issued, then the previous step's dQ block from both
+// consumers' dS^T: the one-step lag lets the consumers drift apart, so one's softmax work overlaps the other's MMAs.
 //
-// Shared memory: K, V [kD/64][128 keys][64]; per stage Q, dO [kD/64][64 rows][64]; dS^T [2][128 keys][64 rows];
-// the terms [stage][lse | D][64]; with kRowSums the E and mass partials [2][warp][64]. Every 64-column block 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h
-// has the layouts); dS^T is written by the consumers in that same swizzle.
+// Shared memory: K, V [kD/64][128 keys][64]; per stage Q, dO [kD/64][BM rows][64]; dS^T [2][BM/64][128 keys][64];
+// the terms [stage][lse | D][BM]; with kRowSums the E and mass partials [2][E | mass][warp][BM]. Every 64-column
+// block is 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts); the consumers write dS^T in
+// that same swizzle.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -89,9 +92,14 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
   using Ring<Tile::kStages>::kS;
   static constexpr int kReleasers = 8;  // one lane per consumer warp
 
+  // dS^T and the row-sum partials of step b sit in buffer b % 2: ds_full when both consumers wrote theirs, ds_empty
+  // when both made their dQ blocks from it (one step later, so that the two consumers need not run in lockstep).
+  // Every consumer thread arrives on both: its own shared-memory writes and reads are ordered by its arrival.
+  using DsRing = Ring<2>;
+
   unsigned char* base;
-  uint64_t* bars;  // kv_full, then per stage q_full, q_empty, t_full, t_empty
-  static constexpr int kBarriers = 1 + 4 * kS;
+  uint64_t* bars;  // kv_full, then per stage q_full, q_empty, t_full, t_empty, then per buffer ds_full, ds_empty
+  static constexpr int kBarriers = 1 + 4 * kS + 2 * 2;
 
   template <class T>
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
@@ -119,6 +127,8 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
   __device__ __forceinline__ uint64_t* q_empty(int s) const { return bars + 1 + kS + s; }
   __device__ __forceinline__ uint64_t* t_full(int s) const { return bars + 1 + 2 * kS + s; }
   __device__ __forceinline__ uint64_t* t_empty(int s) const { return bars + 1 + 3 * kS + s; }
+  __device__ __forceinline__ uint64_t* ds_full(int b) const { return bars + 1 + 4 * kS + b; }
+  __device__ __forceinline__ uint64_t* ds_empty(int b) const { return bars + 1 + 4 * kS + 2 + b; }
 
   __device__ __forceinline__ void init() const {
     ptx::barrier_init(kv_full(), 1);
@@ -126,6 +136,7 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
       ptx::barrier_init(q_full(s), 1), ptx::barrier_init(q_empty(s), kReleasers);
       ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
     }
+    for (int b = 0; b < 2; ++b) ptx::barrier_init(ds_full(b), 2 * 128), ptx::barrier_init(ds_empty(b), 2 * 128);
     ptx::fence_barrier_init();
   }
   // A consumer warp is done with stage s's Q and dO (after its wgmma wait: every lane's reads are complete).
@@ -210,7 +221,7 @@ class Consumer {
     return make_float2(k0 < w_.seq.len ? gc[k0] * kLog2e : 0.f, k1 < w_.seq.len ? gc[k1] * kLog2e : 0.f);
   }
 
-  // S^T = K Q^T and dP^T = V dO^T for this consumer's keys, as one wgmma group.
+  // S^T = K Q^T and dP^T = V dO^T for this consumer's keys, as two wgmma groups (P is made while dP^T runs).
   __device__ __forceinline__ void issue_scores(float (&s)[kS], float (&dp)[kS], const Buffers<kD>& buf, int stage) const {
     const T* k = buf.template k<T>() + 64 * me_ * 64;  // rows 64 me.. of every 64-column block
     const T* v = buf.template v<T>() + 64 * me_ * 64;
@@ -219,6 +230,7 @@ class Consumer {
       ptx::Wgmma<T, BM, 0>::ss(s, ptx::k_major_descriptor(k, BN, step),
                                ptx::k_major_descriptor(buf.template q<T>(stage), BM, step), step > 0);
     }
+    ptx::wgmma_commit();
 #pragma unroll
     for (int step = 0; step < kD / 16; ++step) {
       ptx::Wgmma<T, BM, 0>::ss(dp, ptx::k_major_descriptor(v, BN, step),
@@ -227,57 +239,68 @@ class Consumer {
     ptx::wgmma_commit();
   }
 
-  // P^T from s and dS^T = P^T (dP^T - D) from dp, packed into the A operands pt and dst as they are made (the
-  // fp32 values die at once). Rows are this thread's keys, columns the step's queries; kMasked: the step's block
-  // crosses the causal diagonal, the window's edge or the sequence's end.
-  // kRowSums: the warp's parts of E (sum_keys P dP) and the mass (sum_keys P) of each query go to `partials`
-  // ([E | mass][8 warps][BM], summed over the warp's 16 keys as they are made, so no array of them stays live), and
-  // the key rows' sums of dS^T are added to colsum_ (the gate's column sums).
+  // P^T = exp2(S^T scale log2 e - row offset - key term) in place in s. Rows are this thread's keys, columns the
+  // step's queries; kMasked: the step's block crosses the causal diagonal, the window's edge or the sequence's end.
   template <bool kMasked>
-  __device__ __forceinline__ void gradients(float (&s)[kS], float (&dp)[kS], const float* terms, int i0,
-                                            float2 key_term, float* partials, Operand& pt, Operand& dst) {
+  __device__ __forceinline__ void probabilities(float (&s)[kS], const float* terms, int i0, float2 key_term) const {
     const AttentionParams& a = p_.a;
-    const int g = lane_ / 4, c = lane_ % 4, warp = 4 * me_ + warp_;
+    const int c = lane_ % 4;
     const unsigned bound = distance_bound(a.window);
 #pragma unroll
     for (int j = 0; j < BM / 8; ++j) {
       const float2 r = *reinterpret_cast<const float2*>(terms + 8 * j + 2 * c);
-      const float2 d = *reinterpret_cast<const float2*>(terms + BM + 8 * j + 2 * c);
-      float e_part[2] = {0.f, 0.f}, mass_part[2] = {0.f, 0.f};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int q = i0 + 8 * j + 2 * c + (e & 1), kk = key(e >> 1);
         const float offset = ((e & 1) ? r.y : r.x) + (kRowSums ? ((e >> 1) ? key_term.y : key_term.x) : 0.f);
         float pr = ptx::exp2_ftz(fmaf(s[4 * j + e], a.scale_log2, -offset));
         if (kMasked && (!visible_at_distance(q - kk, bound) || kk >= w_.seq.len)) pr = 0.f;
-        const float dpv = dp[4 * j + e];
         s[4 * j + e] = pr;
-        dp[4 * j + e] = pr * (dpv - ((e & 1) ? d.y : d.x));
+      }
+    }
+  }
+
+  // dS^T = P^T (dP^T - D), with P^T and dS^T packed into the A operands pt and dst as they are made.
+  // kRowSums: the warp's parts of E (sum_keys P dP) and the mass (sum_keys P) of each query go to `partials`
+  // ([E | mass][8 warps][BM]), and the key rows' sums of dS^T are added to colsum_ (the gate's column sums).
+  __device__ __forceinline__ void gradients(const float (&s)[kS], const float (&dp)[kS], const float* terms,
+                                            float* partials, Operand& pt, Operand& dst) {
+    const int c = lane_ % 4, warp = 4 * me_ + warp_;
+#pragma unroll
+    for (int j = 0; j < BM / 8; ++j) {
+      const float2 d = *reinterpret_cast<const float2*>(terms + BM + 8 * j + 2 * c);
+      float ds[4], sums[4] = {0.f, 0.f, 0.f, 0.f};  // E of columns 2c, 2c + 1, then their mass
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pr = s[4 * j + e], dpv = dp[4 * j + e];
+        ds[e] = pr * (dpv - ((e & 1) ? d.y : d.x));
         if constexpr (kRowSums) {
-          e_part[e & 1] += pr * dpv;
-          mass_part[e & 1] += pr;
-          colsum_[e >> 1] += dp[4 * j + e];
+          sums[e & 1] += pr * dpv;
+          sums[2 + (e & 1)] += pr;
+          colsum_[e >> 1] += ds[e];
         }
       }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // the operand places of cuda/ptx/wgmma.h: k-step j / 2
         pt[j / 2][2 * (j % 2) + half] = ptx::pack2<T>(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]);
-        dst[j / 2][2 * (j % 2) + half] = ptx::pack2<T>(dp[4 * j + 2 * half], dp[4 * j + 2 * half + 1]);
+        dst[j / 2][2 * (j % 2) + half] = ptx::pack2<T>(ds[2 * half], ds[2 * half + 1]);
       }
       if constexpr (kRowSums) {
-#pragma unroll
-        for (int lo = 0; lo < 2; ++lo) {
-          const float e_sum = column_sum(e_part[lo]), mass_sum = column_sum(mass_part[lo]);
-          if (g == 0) {
-            partials[warp * BM + 8 * j + 2 * c + lo] = e_sum;
-            partials[(8 + warp) * BM + 8 * j + 2 * c + lo] = mass_sum;
-          }
-        }
+        // Sum the four over the warp's 8 key rows (lanes c, c + 4, ..): each exchange halves what a lane keeps,
+        // so lane bits 4 and 3 end up naming which of the four it holds.
+        const bool b4 = lane_ & 16, b3 = lane_ & 8;
+        float keep0 = b4 ? sums[2] : sums[0], keep1 = b4 ? sums[3] : sums[1];
+        keep0 += __shfl_xor_sync(0xffffffffu, b4 ? sums[0] : sums[2], 16);
+        keep1 += __shfl_xor_sync(0xffffffffu, b4 ? sums[1] : sums[3], 16);
+        float keep = b3 ? keep1 : keep0;
+        keep += __shfl_xor_sync(0xffffffffu, b3 ? keep0 : keep1, 8);
+        keep += __shfl_xor_sync(0xffffffffu, keep, 4);
+        if (!(lane_ & 4)) partials[((b4 ? 8 : 0) + warp) * BM + 8 * j + 2 * c + (b3 ? 1 : 0)] = keep;
       }
     }
   }
 
-  // kRowSums: after every consumer stored its partials, 64 of them add a query's eight into E (and the mass).
+  // kRowSums: once both consumers stored their partials, BM threads add a query's eight into E (and the mass).
   __device__ __forceinline__ void add_sums(const float* partials, int64_t h, int i0) const {
     const int t = ptx::warpgroup_thread() + 128 * me_;
     if (t >= BM || i0 + t >= w_.seq.len) return;
@@ -429,42 +452,59 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   Consumer c(p.b, w, me);
   if (w.steps > 0) ptx::barrier_wait(buf.kv_full(), 0);
   float2 key_term = c.key_terms(w.hk * p.b.a.group);
+  // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it.
+  const auto finish_step = [&](int it) {
+    const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
+    const int b = Buffers::DsRing::stage(it);
+    ptx::barrier_wait(buf.ds_full(b), Buffers::DsRing::parity(it));
+    float dq[64 / 2];
+    c.issue_dq(dq, buf.template ds<T>(b), buf);
+    ptx::wgmma_wait<0>();
+    c.hold_kv();
+    ptx::wgmma_hold(dq);
+    if constexpr (kRowSums) c.add_sums(buf.sums(b), st.h, st.i0);
+    ptx::barrier_arrive(buf.ds_empty(b));
+    c.add_dq(dq, st.h, st.i0);
+  };
   for (int it = 0; it < w.steps; ++it) {
     const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
-    const int s = buf.stage(it);
+    const int s = buf.stage(it), b = Buffers::DsRing::stage(it);
     ptx::barrier_wait(buf.q_full(s), buf.parity(it));
     ptx::barrier_wait(buf.t_full(s), buf.parity(it));  // not between issue and wait: a loop there serialises wgmma
     float sc[Tile::BM / 2], dp[Tile::BM / 2];
     ptx::wgmma_fence();
     c.issue_scores(sc, dp, buf, s);
-    ptx::wgmma_wait<0>();
+    ptx::wgmma_wait<1>();
     ptx::wgmma_hold(sc);
+    if (block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window))
+      c.template probabilities<true>(sc, buf.terms(s), st.i0, key_term);
+    else
+      c.template probabilities<false>(sc, buf.terms(s), st.i0, key_term);
+    ptx::wgmma_wait<0>();
     ptx::wgmma_hold(dp);
-    const bool masked = block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window);
+    Buffers::DsRing::wait_free(buf.ds_empty(b), it);  // both consumers made step it - 2's dQ from buffer b
     typename Consumer::Operand pt, dst;
-    if (masked) c.template gradients<true>(sc, dp, buf.terms(s), st.i0, key_term, buf.sums(it % 2), pt, dst);
-    else c.template gradients<false>(sc, dp, buf.terms(s), st.i0, key_term, buf.sums(it % 2), pt, dst);
+    c.gradients(sc, dp, buf.terms(s), buf.sums(b), pt, dst);
     ptx::barrier_arrive(buf.t_empty(s));
-    T* ds_tile = buf.template ds<T>(it % 2);
-    c.store_ds(dst, ds_tile);
+    c.store_ds(dst, buf.template ds<T>(b));
+    ptx::barrier_arrive(buf.ds_full(b));
     ptx::wgmma_fence();
     c.issue_kv(pt, dst, buf, s);
-    ptx::named_barrier_sync(1, 256);  // both consumers' dS^T rows (and row-sum partials) are in
-    float dq[64 / 2];
-    c.issue_dq(dq, ds_tile, buf);
-    ptx::wgmma_wait<0>();
-    c.hold_kv();
-    ptx::wgmma_hold(dq);
+    if (it > 0) {
+      finish_step(it - 1);  // its wgmma wait covers dK and dV of step it too
+    } else {
+      ptx::wgmma_wait<0>();
+      c.hold_kv();
+    }
     buf.release_q(s);
-    c.add_dq(dq, st.h, st.i0);
     if constexpr (kRowSums) {
-      c.add_sums(buf.sums(it % 2), st.h, st.i0);
       if ((it + 1) % w.tiles_per_head == 0) {  // the head's last step
         c.store_colsum(st.h);
         if (it + 1 < w.steps) key_term = c.key_terms(st.h + 1);
       }
     }
   }
+  if (w.steps > 0) finish_step(w.steps - 1);
   // Keys no query row sees (window 0) still get their zero column sums.
   if (kRowSums && p.b.a.has_gate && w.steps == 0)
     for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h);
