@@ -27,7 +27,8 @@ struct BackwardParams {
   float* E = nullptr;       // sum_j P dP (need_E)
   float* mass = nullptr;    // sum_j P, the visible keys' share of the row's softmax mass (gate)
   float* colsum = nullptr;  // sum_i dS[i,t] per query head (gate)
-  float* dq_acc = nullptr;  // fp32 dq / scale (MMA kernels, default mode) in dq_acc_offset's layout
+  float* dq_acc = nullptr;  // fp32 dq / scale (MMA kernels: default mode; Hopper: both) in dq_acc_offset's layout
+  int* dq_order = nullptr;  // Hopper deterministic mode: per dQ row block (dq_order_index), the adds made so far
   float* dk_part = nullptr; // [head_parts][B][H][T][K16] scaled dk partials (head_parts > 1)
   float* dv_part = nullptr; // [head_parts][B][H][T][V16]
   int head_parts = 1;       // the G query heads of a kv head split over this many CTAs (divides G)
@@ -61,6 +62,17 @@ FG_HOST_DEVICE int64_t dq_row(const AttentionParams& a, int64_t b, int64_t h, in
 FG_HOST_DEVICE int64_t dq_acc_offset(int64_t row0, int i, int d, int K16) {
   const int r = i & 15;
   return (row0 + (i - r)) * K16 + (d & ~7) * 16 + 4 * (4 * (r & 7) + ((d & 7) >> 1)) + 2 * (r >> 3) + (d & 1);
+}
+
+// The deterministic Hopper backward adds each block of `rows` dQ rows (a step's query tile) in the order of the
+// key tiles, counted per block (the one place for this rule): per (b, query head) dq_order_blocks blocks, and
+// sequence n's blocks start at start / rows + n (packed), so that no two sequences share one.
+FG_HOST_DEVICE int64_t dq_order_blocks(const AttentionParams& a, int rows) {
+  return (a.T + rows - 1) / rows + (a.packed ? a.num_seqs : 0);
+}
+FG_HOST_DEVICE int64_t dq_order_index(const AttentionParams& a, int64_t b, int64_t h, int64_t n, int64_t start, int i,
+                                      int rows) {
+  return (b * a.HQ + h) * dq_order_blocks(a, rows) + (a.packed ? start / rows + n : 0) + i / rows;
 }
 
 }  // namespace flashgate::cuda::bwd

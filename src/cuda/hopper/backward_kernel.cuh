@@ -14,6 +14,7 @@
 // that same swizzle.
 #pragma once
 
+#include <cuda/atomic>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -60,7 +61,10 @@ __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const 
   const AttentionParams& a = p.a;
   KeyWork w;
   w.hk = blockIdx.x % a.H;
-  const TileMapEntry te = key_tile_heaviest_first(keys, blockIdx.x / a.H);
+  // Deterministic mode adds dQ in descending key-tile order (Consumer::wait_turn), so its tiles start lightest
+  // first: a tile only waits for tiles that started before it.
+  const int64_t order = blockIdx.x / a.H;
+  const TileMapEntry te = key_tile_heaviest_first(keys, p.dq_order ? keys.num_tiles - 1 - order : order);
   if (te.seq < 0) return w;
   w.seq = sequence_span(a, te.seq);
   w.seq_index = te.seq;
@@ -384,6 +388,26 @@ class Consumer {
     }
   }
 
+  // Deterministic mode (p.dq_order): a warp adds its part of the step's dQ rows (and row sums) only once every
+  // warp of the key tiles after this one that add into the same rows did (8 adds a tile), so that each fp32 sum is
+  // made in one order on every run. Those tiles walk the rows from i0 / BN's tile down to this one; each starts at
+  // its own first key row, so a later tile reaches any row block sooner than an earlier one and seldom makes it wait.
+  __device__ __forceinline__ int* order_counter(int64_t h, int i0) const {
+    return p_.dq_order + bwd::dq_order_index(p_.a, w_.seq.batch, h, w_.seq_index, w_.seq.start, i0, BM);
+  }
+  // Every lane loads and lane 0's value decides, so that the loop stays warp-uniform (a divergent one makes ptxas
+  // serialise the kernel's wgmmas).
+  __device__ __forceinline__ void wait_turn(const int* counter, int i0) const {
+    const int turn = 8 * (i0 / BN - w_.j0 / BN);
+    ::cuda::atomic_ref<const int, ::cuda::thread_scope_device> count(*counter);
+    while (__shfl_sync(0xffffffffu, count.load(::cuda::memory_order_acquire), 0) < turn) __nanosleep(64);
+  }
+  __device__ __forceinline__ void end_turn(int* counter) const {
+    __threadfence();  // every lane's adds are performed before the count says so
+    __syncwarp();
+    if (lane_ == 0) atomicAdd(counter, 1);
+  }
+
   __device__ __forceinline__ void hold_kv() {
     ptx::wgmma_hold(dk_);
     ptx::wgmma_hold(dv_);
@@ -462,9 +486,12 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     ptx::wgmma_wait<0>();
     c.hold_kv();
     ptx::wgmma_hold(dq);
+    int* counter = p.b.dq_order ? c.order_counter(st.h, st.i0) : nullptr;
+    if (counter) c.wait_turn(counter, st.i0);
     if constexpr (kRowSums) c.add_sums(buf.sums(b), st.h, st.i0);
     ptx::barrier_arrive(buf.ds_empty(b));
     c.add_dq(dq, st.h, st.i0);
+    if (counter) c.end_turn(counter);
   };
   for (int it = 0; it < w.steps; ++it) {
     const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);

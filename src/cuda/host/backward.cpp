@@ -160,6 +160,15 @@ int64_t dq_acc_floats(const BackwardParams& p) {
   return p.a.B * p.a.HQ * cuda::bwd::dq_acc_rows_per_head(p.a) * p.K16;
 }
 
+// The Hopper dK/dV kernel's order counters (its query tiles are 64 or 128 rows: 64 counts the most blocks).
+int64_t dq_order_counters(const BackwardParams& p) { return p.a.B * p.a.HQ * cuda::bwd::dq_order_blocks(p.a, 64); }
+
+// dQ is added into the fp32 accumulator by the dK/dV kernel (then converted): default mode, and the Hopper
+// kernel's deterministic mode (in key-tile order); the portable deterministic mode has the query-major dq kernel.
+bool dq_by_atomics(const BackwardParams& p, const Plan& plan) { return !p.deterministic || plan.hopper; }
+// The portable query-major kernel runs: exact D's pre-pass, or the portable deterministic mode's dQ.
+bool query_major_pass(const BackwardParams& p, const Plan& plan) { return p.exact_D || !dq_by_atomics(p, plan); }
+
 // Carves the workspace into p's scratch pointers (sizes only when the carver has no base).
 Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
   Scratch m;
@@ -172,14 +181,15 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
   if (p.a.has_gate) p.colsum = w.take<float>(rows);
   if (p.a.has_gate) p.mass = w.take<float>(rows);
   if (!plan.mma) return m;
-  if (!p.deterministic) p.dq_acc = w.take<float>(dq_acc_floats(p));
+  if (dq_by_atomics(p, plan)) p.dq_acc = w.take<float>(dq_acc_floats(p));
+  if (plan.hopper && p.deterministic) p.dq_order = w.take<int>(dq_order_counters(p));
   if (p.head_parts > 1) {
     const int64_t kv_rows = p.head_parts * p.a.B * p.a.H * p.a.T;
     p.dk_part = w.take<float>(kv_rows * p.K16);
     p.dv_part = w.take<float>(kv_rows * p.V16);
   }
   m.keys = w.take<TileMapEntry>(cuda::tile_map_entries(p.a, plan.tiles.key_tile));
-  if (p.deterministic || p.exact_D) m.queries = w.take<TileMapEntry>(cuda::tile_map_entries(p.a, plan.tiles.dq_rows));
+  if (query_major_pass(p, plan)) m.queries = w.take<TileMapEntry>(cuda::tile_map_entries(p.a, plan.tiles.dq_rows));
   const AttentionParams& a = p.a;
   m.q = take_repack(w, a.q_width, a.B, a.T, a.HQ, a.K);
   m.k = take_repack(w, a.k_width, a.B, a.T, a.H, a.K);
@@ -283,6 +293,8 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
   zero_async(p.E, rows, stream);  // rows outside every sequence (broken unchecked cu_seqlens) stay 0
   zero_async(p.mass, rows, stream);
   zero_async(p.dq_acc, dq_acc_floats(p), stream);
+  if (p.dq_order)
+    FLASHGATE_CUDA_CHECK(cudaMemsetAsync(p.dq_order, 0, static_cast<size_t>(dq_order_counters(p)) * sizeof(int), stream));
 
   if (plan.mma) {
     // The MMA loaders copy 16-byte chunks: unaligned inputs go through aligned copies first.
@@ -294,13 +306,13 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
     const TileSchedule keys = cuda::make_tile_schedule(p.a, plan.tiles.key_tile, maps.keys);
     cuda::launch_build_tile_map(p.a, keys, maps.keys, stream);
     TileSchedule queries;
-    if (p.deterministic || p.exact_D) {
+    if (query_major_pass(p, plan)) {
       queries = cuda::make_tile_schedule(p.a, plan.tiles.dq_rows, maps.queries);
       cuda::launch_build_tile_map(p.a, queries, maps.queries, stream);
     }
     if (p.a.dtype == ElementType::f16) launch_mma_kernels<__half>(args, p, plan, keys, queries, stream);
     else launch_mma_kernels<__nv_bfloat16>(args, p, plan, keys, queries, stream);
-    if (!p.deterministic) cuda::bwd::launch_dq_convert(p, stream);
+    if (dq_by_atomics(p, plan)) cuda::bwd::launch_dq_convert(p, stream);
     if (p.head_parts > 1) cuda::bwd::launch_dkv_reduce(p, stream);
   } else {
     cuda::bwd::launch_simt_backward(p, stream);

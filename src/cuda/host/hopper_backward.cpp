@@ -17,7 +17,6 @@ std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::Backw
   const cuda::AttentionParams& a = p.a;
   if (dev.major != 9) return "needs an sm_90 GPU";
   if (a.dtype != cuda::ElementType::f16 && a.dtype != cuda::ElementType::bf16) return "takes fp16 and bf16 only";
-  if (p.deterministic) return "has no deterministic mode yet";
   if (p.exact_D) return "takes head dims above 16 (smaller ones need the exact-D pre-pass)";
   if (a.K > 128 || a.V > 128) return "takes head dims K and V up to 128 so far";
   if (a.K % 8 != 0 || a.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
