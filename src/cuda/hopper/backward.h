@@ -10,6 +10,7 @@
 
 #include "cuda/common/backward_params.h"
 #include "cuda/common/tile_scheduler.h"
+#include "cuda/hopper/registers.h"
 
 struct CUstream_st;
 
@@ -40,6 +41,7 @@ struct DkdvTile {
     return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kDsBytes + kStages * kTermBytes + kSumBytes + 1024;
   }
   static_assert(kD == 64 || kD == 128, "head dims of the Hopper backward");
+  static_assert(register_split_fits(3, kProducerRegs, kConsumerRegs), "register budget of the Hopper backward");
   static_assert(BM * kD == 64 * 128, "each consumer's dQ block is 64 x 64");
   static_assert(smem_bytes() <= 227 * 1024, "the Hopper backward's buffers exceed shared memory");
 };

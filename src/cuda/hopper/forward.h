@@ -9,6 +9,7 @@
 
 #include "cuda/common/attention_params.h"
 #include "cuda/common/tile_scheduler.h"
+#include "cuda/hopper/registers.h"
 
 struct CUstream_st;
 
@@ -33,13 +34,10 @@ struct ForwardTile {
   static constexpr int BM = 64 * kConsumers, BN = kV > 128 ? 80 : 128, kStages = 2;
   static constexpr int kKBlocks = kK / 64, kVBlocks = kV / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  // setmaxnreg: the registers a thread has at launch (65536 / kThreads, rounded down to 8), moved from the
-  // producer to the consumers; the warpgroups' counts sum to at most 4 x that. V of 256 needs every consumer
-  // register it can get.
-  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  // setmaxnreg moves registers from the producer to the consumers. V of 256 needs every consumer register it can get.
   static constexpr int kProducerRegs = kConsumers == 3 ? 32 : kV > 128 ? 24 : 40;
   static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : kV > 128 ? 240 : 232;
-  static_assert(kProducerRegs + kConsumers * kConsumerRegs <= (1 + kConsumers) * kLaunchRegs,
+  static_assert(register_split_fits(1 + kConsumers, kProducerRegs, kConsumerRegs),
                 "register budget of the Hopper forward");
   static constexpr uint32_t kQBytes = BM * kK * 2, kKBytes = BN * kK * 2, kVBytes = BN * kV * 2;
   static constexpr uint32_t kGateBytes = BN * 4;
