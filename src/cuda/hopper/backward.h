@@ -23,16 +23,17 @@ struct DkdvParams {
   CUtensorMap q_map, k_map, v_map, do_map;
 };
 
-// One CTA owns BN = 128 keys of one kv head: two consumer warpgroups of 64 keys each keep their dK and dV in
-// registers while the CTA walks the query tiles (BM rows: 128 at kD 64, 64 at kD 128) of every query head of the
-// group that see its keys. Per step: S^T = K Q^T and dP^T = V dO^T from shared memory, P^T and dS^T in registers as
-// the A operands of dV += P^T dO and dK += dS^T Q, dS^T through shared memory into dQ = dS K, added to the fp32
-// accumulator. Each consumer makes one 64 x 64 block of the step's dQ over all 128 keys: at kD 128 the head dim's
-// 64-column half `me` of the 64 rows, at kD 64 the 64 rows `me` of the 128.
+// A CTA's item is BN = 128 keys of one kv head (a persistent grid: each CTA walks several items). Two consumer
+// warpgroups of 64 keys each keep their dK and dV in registers while the CTA walks the query tiles (BM rows: 128 at
+// kD 64, 64 at kD 128) of every query head of the group that see its keys. Per step: S^T = K Q^T and dP^T = V dO^T
+// from shared memory, P^T and dS^T in registers as the A operands of dV += P^T dO and dK += dS^T Q, dS^T through
+// shared memory into dQ = dS K, added to the fp32 accumulator. Each consumer makes one 64 x 64 block of the step's
+// dQ over all 128 keys: at kD 128 the head dim's 64-column half `me` of the 64 rows, at kD 64 the 64 rows `me`.
 template <int kD>
 struct DkdvTile {
   static constexpr int BN = 128, BM = kD == 64 ? 128 : 64, kStages = 2, kBlocks = kD / 64;
-  static constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240;
+  // 32 producer registers: the item loop's bookkeeping still spills 20-28 bytes there (per item, not per step).
+  static constexpr int kThreads = 384, kProducerRegs = 32, kConsumerRegs = 240;
   static constexpr bool kDqSplitsColumns = kD >= 128;  // else it splits the step's rows
   static constexpr uint32_t kKBytes = BN * kD * 2, kQBytes = BM * kD * 2, kDsBytes = BN * BM * 2;
   static constexpr uint32_t kTermBytes = 2 * BM * 4;  // the row offset (log2 domain) and D of a step's rows
@@ -46,9 +47,10 @@ struct DkdvTile {
   static_assert(smem_bytes() <= 227 * 1024, "the Hopper backward's buffers exceed shared memory");
 };
 
-// Launches the dK/dV kernel of bucket kD (K, V <= kD) over the key tiles `keys` (tile_rows BN), with the row sums
-// where p.b.needs_row_sums(). Instantiated per (T, kD) in backward_instances/.
+// Launches the dK/dV kernel of bucket kD (K, V <= kD) over the key tiles `keys` (tile_rows BN) on a persistent grid
+// of at most `sms` CTAs, with the row sums where p.b.needs_row_sums(). Instantiated per (T, kD) in
+// backward_instances/.
 template <class T, int kD>
-void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, CUstream_st* stream);
+void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, int sms, CUstream_st* stream);
 
 }  // namespace flashgate::cuda::hopper

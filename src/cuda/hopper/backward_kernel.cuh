@@ -56,14 +56,22 @@ struct KeyWork {
   bool valid = false;
 };
 
+// The CTA's k-th item (a key tile and kv head), or -1 past its last: the items in the schedule's order dealt out in
+// rounds of gridDim.x that alternate direction, so that each CTA's share of heavy and light tiles evens out. A
+// CTA's items grow with k.
+__device__ __forceinline__ int64_t item_of(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t k) {
+  const int64_t g = gridDim.x, i = k * g + ((k & 1) ? g - 1 - blockIdx.x : blockIdx.x);
+  return i < keys.num_tiles * p.a.H ? i : -1;
+}
+
 template <int BN, int BM>
-__device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const TileSchedule& keys) {
+__device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t item) {
   const AttentionParams& a = p.a;
   KeyWork w;
-  w.hk = blockIdx.x % a.H;
-  // Deterministic mode adds dQ in descending key-tile order (Consumer::wait_turn), so its tiles start lightest
-  // first: a tile only waits for tiles that started before it.
-  const int64_t order = blockIdx.x / a.H;
+  w.hk = item % a.H;
+  // Deterministic mode adds dQ in descending key-tile order (Consumer::wait_turn), so its tiles come lightest
+  // first: a tile only waits for tiles that come before it, which are done or under way.
+  const int64_t order = item / a.H;
   const TileMapEntry te = key_tile_heaviest_first(keys, p.dq_order ? keys.num_tiles - 1 - order : order);
   if (te.seq < 0) return w;
   w.seq = sequence_span(a, te.seq);
@@ -100,10 +108,12 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
   // when both made their dQ blocks from it (one step later, so that the two consumers need not run in lockstep).
   // Every consumer thread arrives on both: its own shared-memory writes and reads are ordered by its arrival.
   using DsRing = Ring<2>;
+  using KvRing = Ring<1>;  // K and V of the CTA's n-th item with steps
 
   unsigned char* base;
-  uint64_t* bars;  // kv_full, then per stage q_full, q_empty, t_full, t_empty, then per buffer ds_full, ds_empty
-  static constexpr int kBarriers = 1 + 4 * kS + 2 * 2;
+  uint64_t* bars;  // kv_full, kv_empty, then per stage q_full, q_empty, t_full, t_empty, then per buffer ds_full,
+                   // ds_empty
+  static constexpr int kBarriers = 2 + 4 * kS + 2 * 2;
 
   template <class T>
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
@@ -127,15 +137,16 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
   // The consumer warps' partial E and mass of a step's queries, [buffer][E | mass][8 warps][BM].
   __device__ __forceinline__ float* sums(int buffer) const { return terms(kS) + buffer * 2 * 8 * Tile::BM; }
   __device__ __forceinline__ uint64_t* kv_full() const { return bars; }
-  __device__ __forceinline__ uint64_t* q_full(int s) const { return bars + 1 + s; }
-  __device__ __forceinline__ uint64_t* q_empty(int s) const { return bars + 1 + kS + s; }
-  __device__ __forceinline__ uint64_t* t_full(int s) const { return bars + 1 + 2 * kS + s; }
-  __device__ __forceinline__ uint64_t* t_empty(int s) const { return bars + 1 + 3 * kS + s; }
-  __device__ __forceinline__ uint64_t* ds_full(int b) const { return bars + 1 + 4 * kS + b; }
-  __device__ __forceinline__ uint64_t* ds_empty(int b) const { return bars + 1 + 4 * kS + 2 + b; }
+  __device__ __forceinline__ uint64_t* kv_empty() const { return bars + 1; }
+  __device__ __forceinline__ uint64_t* q_full(int s) const { return bars + 2 + s; }
+  __device__ __forceinline__ uint64_t* q_empty(int s) const { return bars + 2 + kS + s; }
+  __device__ __forceinline__ uint64_t* t_full(int s) const { return bars + 2 + 2 * kS + s; }
+  __device__ __forceinline__ uint64_t* t_empty(int s) const { return bars + 2 + 3 * kS + s; }
+  __device__ __forceinline__ uint64_t* ds_full(int b) const { return bars + 2 + 4 * kS + b; }
+  __device__ __forceinline__ uint64_t* ds_empty(int b) const { return bars + 2 + 4 * kS + 2 + b; }
 
   __device__ __forceinline__ void init() const {
-    ptx::barrier_init(kv_full(), 1);
+    ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers);
     for (int s = 0; s < kS; ++s) {
       ptx::barrier_init(q_full(s), 1), ptx::barrier_init(q_empty(s), kReleasers);
       ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
@@ -147,13 +158,14 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
   __device__ __forceinline__ void release_q(int s) const { this->release(q_empty(s)); }
 };
 
-// The producer's lane: K and V once, then Q and dO of every step.
+// The producer's lane: per item with steps, K and V, then Q and dO of every step (`step` counts the CTA's steps).
 template <class T, int kD>
-__device__ __forceinline__ void produce(const DkdvParams& p, const Buffers<kD>& buf, const KeyWork& w) {
+__device__ __forceinline__ void produce(const DkdvParams& p, const Buffers<kD>& buf, const KeyWork& w,
+                                        uint32_t item_n, uint32_t step) {
   using Tile = DkdvTile<kD>;
   const int32_t token0 = static_cast<int32_t>(w.seq.start), batch = static_cast<int32_t>(w.seq.batch);
   const int32_t hk = static_cast<int32_t>(w.hk);
-  if (w.steps == 0) return;  // nobody would wait for the copies
+  Buffers<kD>::KvRing::wait_free(buf.kv_empty(), item_n);  // the consumers are done with the last item's K and V
   ptx::barrier_arrive_expect(buf.kv_full(), 2 * Tile::kKBytes);
   for (int c = 0; c < Tile::kBlocks; ++c) {
     ptx::tma_load(buf.template k<T>() + c * Tile::BN * 64, &p.k_map, {c * 64, token0 + w.j0, hk, batch}, buf.kv_full());
@@ -161,8 +173,9 @@ __device__ __forceinline__ void produce(const DkdvParams& p, const Buffers<kD>& 
   }
   for (int it = 0; it < w.steps; ++it) {
     const Step st = step_of<Tile::BM>(p.b, w, it);
-    const int s = buf.stage(it);
-    buf.wait_free(buf.q_empty(s), it);
+    const uint32_t n = step + it;
+    const int s = buf.stage(n);
+    buf.wait_free(buf.q_empty(s), n);
     ptx::barrier_arrive_expect(buf.q_full(s), 2 * Tile::kQBytes);
     const int32_t h = static_cast<int32_t>(st.h), row = token0 + st.i0;
     for (int c = 0; c < Tile::kBlocks; ++c) {
@@ -176,13 +189,14 @@ __device__ __forceinline__ void produce(const DkdvParams& p, const Buffers<kD>& 
 // log2 e - r - Gc_key log2 e) (+inf where the row takes no probability: past the sequence, or a row that sees no
 // key), and D.
 template <int kD>
-__device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const Buffers<kD>& buf, const KeyWork& w) {
+__device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const Buffers<kD>& buf, const KeyWork& w,
+                                            uint32_t step) {
   using Tile = DkdvTile<kD>;
   const int lane = threadIdx.x % 32;
   for (int it = 0; it < w.steps; ++it) {
     const Step st = step_of<Tile::BM>(p, w, it);
-    const int s = buf.stage(it);
-    buf.wait_free(buf.t_empty(s), it);
+    const int s = buf.stage(step + it);
+    buf.wait_free(buf.t_empty(s), step + it);
     const int64_t base = p.row_index(w.seq.batch, st.h, w.seq.start);
     const float* gc = p.a.has_gate ? p.a.gc_row(w.seq.batch, st.h) + w.seq.start : nullptr;
     float* dst = buf.terms(s);
@@ -444,7 +458,8 @@ class Consumer {
 
 }  // namespace bwd_detail
 
-// One CTA per (key tile of 128 keys, kv head), the tiles most query rows see first.
+// A persistent grid: each CTA walks its items (item_of: key tiles of 128 keys and kv heads, the tiles most query
+// rows see first); the next item's K and V load while the consumers store the last one's dK and dV.
 template <class T, int kD, bool kRowSums>
 __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     dkdv_kernel(const __grid_constant__ DkdvParams p, const __grid_constant__ TileSchedule keys) {
@@ -454,100 +469,122 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   extern __shared__ unsigned char raw[];
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
   const Buffers buf{{}, ptx::swizzle_aligned(raw), bars};
-  if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys).valid) return;
-
   if (threadIdx.x == 0) buf.init();
   __syncthreads();
 
-  // Nothing stays live across setmaxnreg (ptxas would spill it): each role derives its work afterwards.
+  // Nothing stays live across setmaxnreg (ptxas would spill it). Every role walks the same items; the rings count
+  // the CTA's items with steps (item_n) and its steps (step).
   if (threadIdx.x < 128) {
     ptx::setmaxnreg_dec<Tile::kProducerRegs>();
-    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys);
     const int warp = threadIdx.x / 32;
-    if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w);
-    else if (warp == 1) bwd_detail::stage_terms(p.b, buf, w);
+    const bool loads = warp == 0 && ptx::elect_one();
+    if (!loads && warp != 1) return;
+    uint32_t item_n = 0, step = 0;
+    for (int64_t k = 0;; ++k) {
+      const int64_t item = bwd_detail::item_of(p.b, keys, k);
+      if (item < 0) break;
+      const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+      if (!w.valid || w.steps == 0) continue;  // nobody would wait for its copies
+      if (loads) bwd_detail::produce<T>(p, buf, w, item_n, step);
+      else bwd_detail::stage_terms(p.b, buf, w, step);
+      ++item_n, step += w.steps;
+    }
     return;
   }
 
   ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
-  const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys);
   const int me = ptx::warpgroup_index() - 1;
   using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
-  Consumer c(p.b, w, me);
-  if (w.steps > 0) ptx::barrier_wait(buf.kv_full(), 0);
-  float2 key_term = c.key_terms(w.hk * p.b.a.group);
-  // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it.
-  const auto finish_step = [&](int it) {
-    const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
-    const int b = Buffers::DsRing::stage(it);
-    ptx::barrier_wait(buf.ds_full(b), Buffers::DsRing::parity(it));
-    float dq[64 / 2];
-    c.issue_dq(dq, buf.template ds<T>(b), buf);
-    ptx::wgmma_wait<0>();
-    c.hold_kv();
-    ptx::wgmma_hold(dq);
-    int* counter = p.b.dq_order ? c.order_counter(st.h, st.i0) : nullptr;
-    if (counter) c.wait_turn(counter, st.i0);
-    if constexpr (kRowSums) c.add_sums(buf.sums(b), st.h, st.i0);
-    ptx::barrier_arrive(buf.ds_empty(b));
-    c.add_dq(dq, st.h, st.i0);
-    if (counter) c.end_turn(counter);
-  };
-  for (int it = 0; it < w.steps; ++it) {
-    const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
-    const int s = buf.stage(it), b = Buffers::DsRing::stage(it);
-    ptx::barrier_wait(buf.q_full(s), buf.parity(it));
-    ptx::barrier_wait(buf.t_full(s), buf.parity(it));  // not between issue and wait: a loop there serialises wgmma
-    float sc[Tile::BM / 2], dp[Tile::BM / 2];
-    ptx::wgmma_fence();
-    c.issue_scores(sc, dp, buf, s);
-    ptx::wgmma_wait<1>();
-    ptx::wgmma_hold(sc);
-    if (block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window))
-      c.template probabilities<true>(sc, buf.terms(s), st.i0, key_term);
-    else
-      c.template probabilities<false>(sc, buf.terms(s), st.i0, key_term);
-    ptx::wgmma_wait<0>();
-    ptx::wgmma_hold(dp);
-    Buffers::DsRing::wait_free(buf.ds_empty(b), it);  // both consumers made step it - 2's dQ from buffer b
-    typename Consumer::Operand pt, dst;
-    c.gradients(sc, dp, buf.terms(s), buf.sums(b), pt, dst);
-    ptx::barrier_arrive(buf.t_empty(s));
-    c.store_ds(dst, buf.template ds<T>(b));
-    ptx::barrier_arrive(buf.ds_full(b));
-    ptx::wgmma_fence();
-    c.issue_kv(pt, dst, buf, s);
-    if (it > 0) {
-      finish_step(it - 1);  // its wgmma wait covers dK and dV of step it too
-    } else {
+  uint32_t item_n = 0, step = 0;
+  for (int64_t k = 0;; ++k) {
+    const int64_t item = bwd_detail::item_of(p.b, keys, k);
+    if (item < 0) break;
+    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+    if (!w.valid) continue;
+    Consumer c(p.b, w, me);
+    if (w.steps == 0) {  // keys no query row sees (window 0): zero dK, dV and column sums
+      if (kRowSums && p.b.a.has_gate)
+        for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h);
+      c.store();
+      continue;
+    }
+    ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
+    float2 key_term = c.key_terms(w.hk * p.b.a.group);
+    // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it.
+    const auto finish_step = [&](int it) {
+      const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
+      const uint32_t n = step + it;
+      const int b = Buffers::DsRing::stage(n);
+      ptx::barrier_wait(buf.ds_full(b), Buffers::DsRing::parity(n));
+      float dq[64 / 2];
+      c.issue_dq(dq, buf.template ds<T>(b), buf);
       ptx::wgmma_wait<0>();
       c.hold_kv();
-    }
-    buf.release_q(s);
-    if constexpr (kRowSums) {
-      if ((it + 1) % w.tiles_per_head == 0) {  // the head's last step
-        c.store_colsum(st.h);
-        if (it + 1 < w.steps) key_term = c.key_terms(st.h + 1);
+      ptx::wgmma_hold(dq);
+      int* counter = p.b.dq_order ? c.order_counter(st.h, st.i0) : nullptr;
+      if (counter) c.wait_turn(counter, st.i0);
+      if constexpr (kRowSums) c.add_sums(buf.sums(b), st.h, st.i0);
+      ptx::barrier_arrive(buf.ds_empty(b));
+      c.add_dq(dq, st.h, st.i0);
+      if (counter) c.end_turn(counter);
+    };
+    for (int it = 0; it < w.steps; ++it) {
+      const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
+      const uint32_t n = step + it;
+      const int s = buf.stage(n), b = Buffers::DsRing::stage(n);
+      ptx::barrier_wait(buf.q_full(s), buf.parity(n));
+      ptx::barrier_wait(buf.t_full(s), buf.parity(n));  // not between issue and wait: a loop there serialises wgmma
+      float sc[Tile::BM / 2], dp[Tile::BM / 2];
+      ptx::wgmma_fence();
+      c.issue_scores(sc, dp, buf, s);
+      ptx::wgmma_wait<1>();
+      ptx::wgmma_hold(sc);
+      if (block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window))
+        c.template probabilities<true>(sc, buf.terms(s), st.i0, key_term);
+      else
+        c.template probabilities<false>(sc, buf.terms(s), st.i0, key_term);
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_hold(dp);
+      Buffers::DsRing::wait_free(buf.ds_empty(b), n);  // both consumers made the dQ of two steps back from buffer b
+      typename Consumer::Operand pt, dst;
+      c.gradients(sc, dp, buf.terms(s), buf.sums(b), pt, dst);
+      ptx::barrier_arrive(buf.t_empty(s));
+      c.store_ds(dst, buf.template ds<T>(b));
+      ptx::barrier_arrive(buf.ds_full(b));
+      ptx::wgmma_fence();
+      c.issue_kv(pt, dst, buf, s);
+      if (it > 0) {
+        finish_step(it - 1);  // its wgmma wait covers dK and dV of step it too
+      } else {
+        ptx::wgmma_wait<0>();
+        c.hold_kv();
+      }
+      buf.release_q(s);
+      if constexpr (kRowSums) {
+        if ((it + 1) % w.tiles_per_head == 0) {  // the head's last step
+          c.store_colsum(st.h);
+          if (it + 1 < w.steps) key_term = c.key_terms(st.h + 1);
+        }
       }
     }
+    finish_step(w.steps - 1);
+    Buffers::KvRing::release(buf.kv_empty());  // the producer loads the next item's K and V under the stores
+    c.store();
+    ++item_n, step += w.steps;
   }
-  if (w.steps > 0) finish_step(w.steps - 1);
-  // Keys no query row sees (window 0) still get their zero column sums.
-  if (kRowSums && p.b.a.has_gate && w.steps == 0)
-    for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h);
-  c.store();
 #endif
 }
 
 template <class T, int kD>
-void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, CUstream_st* stream) {
+void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, int sms, CUstream_st* stream) {
   using Tile = DkdvTile<kD>;
-  const int64_t ctas = keys.num_tiles * p.b.a.H;
-  if (ctas == 0) return;
+  const int64_t items = keys.num_tiles * p.b.a.H;
+  if (items == 0) return;
   const auto kernel = p.b.needs_row_sums() ? dkdv_kernel<T, kD, true> : dkdv_kernel<T, kD, false>;
   FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(Tile::smem_bytes())));
-  kernel<<<static_cast<unsigned>(ctas), Tile::kThreads, Tile::smem_bytes(), stream>>>(p, keys);
+  const unsigned grid = static_cast<unsigned>(items < sms ? items : sms);
+  kernel<<<grid, Tile::kThreads, Tile::smem_bytes(), stream>>>(p, keys);
   FLASHGATE_CHECK_LAUNCH("hopper dkdv_kernel");
 }
 #endif  // __CUDACC__

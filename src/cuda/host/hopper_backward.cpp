@@ -36,16 +36,17 @@ void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParam
   const int kd = p.a.K <= 64 && p.a.V <= 64 ? 64 : 128;
   const int query_rows = kd == 64 ? DkdvTile<64>::BM : DkdvTile<128>::BM;
   const cuda::ElementType type = p.a.dtype;
+  const int sms = device_facts(args.q.device_index).sms;
   dp.q_map = cuda::make_tensor_map(args.q.data, type, token_head_map(args.q, query_rows));
   dp.k_map = cuda::make_tensor_map(args.k.data, type, token_head_map(args.k, DkdvTile<64>::BN));
   dp.v_map = cuda::make_tensor_map(args.v.data, type, token_head_map(args.v, DkdvTile<64>::BN));
   dp.do_map = cuda::make_tensor_map(args.dout.data, type, token_head_map(args.dout, query_rows));
   if (type == cuda::ElementType::f16) {
-    if (kd == 64) cuda::hopper::launch_dkdv<__half, 64>(dp, keys, stream);
-    else cuda::hopper::launch_dkdv<__half, 128>(dp, keys, stream);
+    if (kd == 64) cuda::hopper::launch_dkdv<__half, 64>(dp, keys, sms, stream);
+    else cuda::hopper::launch_dkdv<__half, 128>(dp, keys, sms, stream);
   } else {
-    if (kd == 64) cuda::hopper::launch_dkdv<__nv_bfloat16, 64>(dp, keys, stream);
-    else cuda::hopper::launch_dkdv<__nv_bfloat16, 128>(dp, keys, stream);
+    if (kd == 64) cuda::hopper::launch_dkdv<__nv_bfloat16, 64>(dp, keys, sms, stream);
+    else cuda::hopper::launch_dkdv<__nv_bfloat16, 128>(dp, keys, sms, stream);
   }
 }
 

@@ -5,5 +5,5 @@
 #include "cuda/hopper/backward_kernel.cuh"
 
 namespace flashgate::cuda::hopper {
-template void launch_dkdv<__half, 128>(const DkdvParams&, const TileSchedule&, CUstream_st*);
+template void launch_dkdv<__half, 128>(const DkdvParams&, const TileSchedule&, int, CUstream_st*);
 }  // namespace flashgate::cuda::hopper
