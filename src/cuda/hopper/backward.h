@@ -32,8 +32,9 @@ struct DkdvParams {
 template <int kD>
 struct DkdvTile {
   static constexpr int BN = 128, BM = kD == 64 ? 128 : 64, kStages = 2, kBlocks = kD / 64;
-  // 32 producer registers: the item loop's bookkeeping still spills 20-28 bytes there (per item, not per step).
-  static constexpr int kThreads = 384, kProducerRegs = 32, kConsumerRegs = 240;
+  // The producer's item loop spills at 24 registers (per item, not per step); D64's consumers with the row sums
+  // need all 240.
+  static constexpr int kThreads = 384, kProducerRegs = kD == 64 ? 24 : 40, kConsumerRegs = kD == 64 ? 240 : 232;
   static constexpr bool kDqSplitsColumns = kD >= 128;  // else it splits the step's rows
   static constexpr uint32_t kKBytes = BN * kD * 2, kQBytes = BM * kD * 2, kDsBytes = BN * BM * 2;
   static constexpr uint32_t kTermBytes = 2 * BM * 4;  // the row offset (log2 domain) and D of a step's rows

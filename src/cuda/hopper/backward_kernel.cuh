@@ -416,10 +416,13 @@ class Consumer {
     ::cuda::atomic_ref<const int, ::cuda::thread_scope_device> count(*counter);
     while (__shfl_sync(0xffffffffu, count.load(::cuda::memory_order_acquire), 0) < turn) __nanosleep(64);
   }
-  __device__ __forceinline__ void end_turn(int* counter) const {
+  // Counts a warp's adds, one step after it made them: the fence then finds them done instead of stalling the warp
+  // for their round trip. A held-back count is posted before the warp's next wait_turn and at the end of the item:
+  // the steps of one item only wait for lighter items, which never wait for it.
+  __device__ __forceinline__ static void end_turn(int* counter) {
     __threadfence();  // every lane's adds are performed before the count says so
     __syncwarp();
-    if (lane_ == 0) atomicAdd(counter, 1);
+    if (threadIdx.x % 32 == 0) atomicAdd(counter, 1);
   }
 
   __device__ __forceinline__ void hold_kv() {
@@ -502,6 +505,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
     if (!w.valid) continue;
     Consumer c(p.b, w, me);
+    int* counted = nullptr;  // deterministic mode: the dQ row block whose adds this warp has yet to count
     if (w.steps == 0) {  // keys no query row sees (window 0): zero dK, dV and column sums
       if (kRowSums && p.b.a.has_gate)
         for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h);
@@ -521,12 +525,14 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       ptx::wgmma_wait<0>();
       c.hold_kv();
       ptx::wgmma_hold(dq);
-      int* counter = p.b.dq_order ? c.order_counter(st.h, st.i0) : nullptr;
-      if (counter) c.wait_turn(counter, st.i0);
+      if (p.b.dq_order) {
+        if (counted) Consumer::end_turn(counted);
+        counted = c.order_counter(st.h, st.i0);
+        c.wait_turn(counted, st.i0);
+      }
       if constexpr (kRowSums) c.add_sums(buf.sums(b), st.h, st.i0);
       ptx::barrier_arrive(buf.ds_empty(b));
       c.add_dq(dq, st.h, st.i0);
-      if (counter) c.end_turn(counter);
     };
     for (int it = 0; it < w.steps; ++it) {
       const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
@@ -569,6 +575,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     }
     finish_step(w.steps - 1);
     Buffers::KvRing::release(buf.kv_empty());  // the producer loads the next item's K and V under the stores
+    if (counted) Consumer::end_turn(counted);
     c.store();
     ++item_n, step += w.steps;
   }
