@@ -414,13 +414,16 @@ class Consumer {
   __device__ __forceinline__ void wait_turn(const int* counter, int i0) const {
     const int turn = 8 * (i0 / BN - w_.j0 / BN);
     ::cuda::atomic_ref<const int, ::cuda::thread_scope_device> count(*counter);
-    while (__shfl_sync(0xffffffffu, count.load(::cuda::memory_order_acquire), 0) < turn) __nanosleep(64);
+    while (__shfl_sync(0xffffffffu, count.load(::cuda::memory_order_relaxed), 0) < turn) __nanosleep(64);
+    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);  // once, not per poll
   }
   // Counts a warp's adds, one step after it made them: the fence then finds them done instead of stalling the warp
   // for their round trip. A held-back count is posted before the warp's next wait_turn and at the end of the item:
   // the steps of one item only wait for lighter items, which never wait for it.
   __device__ __forceinline__ static void end_turn(int* counter) {
-    __threadfence();  // every lane's adds are performed before the count says so
+    // Every lane's adds are performed before the count says so (a release fence: lighter than __threadfence's
+    // sequentially consistent one).
+    ::cuda::atomic_thread_fence(::cuda::memory_order_release, ::cuda::thread_scope_device);
     __syncwarp();
     if (threadIdx.x % 32 == 0) atomicAdd(counter, 1);
   }
