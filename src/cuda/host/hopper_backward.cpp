@@ -29,6 +29,8 @@ std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::Backw
   if (wide(p) && p.needs_row_sums()) return "takes a gate or a sink with head dims K and V up to 128 so far";
   if (a.K % 8 != 0 || a.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (a.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
+  const int64_t ctas = cuda::make_tile_schedule(a, hopper_dkdv_key_rows(p), nullptr).num_tiles * a.H;
+  if (ctas > std::numeric_limits<int32_t>::max()) return "needs fewer than 2^31 (key tile, kv head) pairs";
   for (const Tensor* t : {&args.q, &args.k, &args.v, &args.dout})
     if (!token_head_map_ready(*t)) return "needs q, k, v and dout with 16-byte aligned rows and strides";
   const int out_width = wide(p) ? 16 : 4;  // the wide kernel stores 16-byte pieces, the narrow one 4-byte pairs
