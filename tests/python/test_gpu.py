@@ -370,12 +370,12 @@ HOPPER_WIDE_DIMS = [(256, 256), (192, 128), (136, 200), (256, 64), (160, 160)]
 
 
 @pytest.mark.parametrize("layout", ["dense", "packed"])
-@pytest.mark.parametrize("feature", ["none", "w0", "w1", "w64", "w65"])
+@pytest.mark.parametrize("feature", ["none", "w0", "w1", "w64", "w65", "gate", "sink", "gate+window+sink"])
 @pytest.mark.parametrize("heads", [(8, 2), (4, 4)], ids=["gqa", "mha"])
 @pytest.mark.parametrize("dims", HOPPER_WIDE_DIMS, ids=lambda d: f"K{d[0]}V{d[1]}")
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
 def test_hopper_wide_backward(rng, dtype, dims, heads, feature, layout):
-    """The Hopper backward's wide kernel (head dims above 128; no gate or sink yet)."""
+    """The Hopper backward's wide kernel (head dims above 128)."""
     if not hopper_built():
         pytest.skip("the Hopper kernels are not built into this library (or this GPU is not sm_90)")
     K, V = dims
@@ -383,13 +383,6 @@ def test_hopper_wide_backward(rng, dtype, dims, heads, feature, layout):
     cu = [0, 0, 15, 100, 300, 700] if layout == "packed" else None
     B, T = (1, cu[-1]) if cu else (2, 300)
     check_attention(rng, dtype, B, T, HQ, H, K, V, cu=cu, backend="hopper", **FEATURES[feature])
-
-
-def test_hopper_wide_backward_refuses_gate_and_sink(rng):
-    if not hopper_built():
-        pytest.skip("the Hopper kernels are not built into this library (or this GPU is not sm_90)")
-    with pytest.raises(NotImplementedError, match="gate or a sink"):
-        check_attention(rng, BF16, 1, 64, 2, 2, 256, 256, backend="hopper", gate="logsigmoid")
 
 
 @pytest.mark.parametrize("layout", ["dense", "packed"])
@@ -404,8 +397,6 @@ def test_hopper_deterministic_backward(rng, dtype, dims, feature, layout):
     K, V = dims
     HQ, H = 8, 2
     kw = FEATURES[feature]
-    if max(K, V) > 128 and (kw.get("gate") or kw.get("sink")):
-        pytest.skip("the Hopper backward takes no gate or sink above head dim 128 yet")
     cu = [0, 0, 15, 100, 300, 1200, 2000] if layout == "packed" else None
     B, T = (1, cu[-1]) if cu else (2, 1000)
     q, k, v = rng.randn((B, T, HQ, K), dtype), rng.randn((B, T, H, K), dtype), rng.randn((B, T, H, V), dtype)

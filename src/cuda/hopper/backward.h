@@ -57,8 +57,12 @@ struct DkdvWideTile {
   static constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr uint32_t kKBytes = BN * kD * 2, kQBytes = BM * kD * 2, kPBytes = BM * BN * 2;
   static constexpr uint32_t kTermBytes = 2 * BM * 4;
+  static constexpr uint32_t kSumBytes = 2 * 2 * 2 * BM * 4;  // E and mass partials of both consumers, two buffers
+  static constexpr uint32_t kColsumBytes = 2 * 4 * 32 * 4;   // the gate's column-sum partials per consumer warp
+  static constexpr uint32_t kKeyTermBytes = BN * 4;          // the gate's key terms of the current query head
   static constexpr size_t smem_bytes() {
-    return 2 * kKBytes + kStages * 2 * kQBytes + 2 * 2 * kPBytes + kStages * kTermBytes + 1024;
+    return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kPBytes + kStages * kTermBytes + kSumBytes + kColsumBytes +
+           kKeyTermBytes + 1024;
   }
   static_assert(kD == 256, "head dims of the wide Hopper backward");
   static_assert(register_split_fits(3, kProducerRegs, kConsumerRegs), "register budget of the wide Hopper backward");
@@ -70,7 +74,7 @@ struct DkdvWideTile {
 template <class T, int kD>
 void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, CUstream_st* stream);
 
-// The wide bucket's kernel (no row sums yet: no gate, no sink), over key tiles of DkdvWideTile's BN rows.
+// The wide bucket's kernel, with the row sums where p.b.needs_row_sums(), over key tiles of DkdvWideTile's BN rows.
 template <class T>
 void launch_dkdv_wide(const DkdvParams& p, const TileSchedule& keys, CUstream_st* stream);
 

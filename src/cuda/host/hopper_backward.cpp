@@ -26,7 +26,6 @@ std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::Backw
   if (a.dtype != cuda::ElementType::f16 && a.dtype != cuda::ElementType::bf16) return "takes fp16 and bf16 only";
   if (p.exact_D) return "takes head dims above 16 (smaller ones need the exact-D pre-pass)";
   if (a.K > 256 || a.V > 256) return "takes head dims K and V up to 256 so far";
-  if (wide(p) && p.needs_row_sums()) return "takes a gate or a sink with head dims K and V up to 128 so far";
   if (a.K % 8 != 0 || a.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (a.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
   const int64_t ctas = cuda::make_tile_schedule(a, hopper_dkdv_key_rows(p), nullptr).num_tiles * a.H;

@@ -18,8 +18,7 @@ int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p);
 
 // "" when the Hopper dK/dV kernel serves this backward (its params `p` planned for the MMA path), else why not:
 // it takes an sm_90 device, fp16/bf16, K and V up to 256 (multiples of 8; above 16: smaller ones take the
-// exact-D pre-pass), every feature up to 128 (above it no gate or sink yet), both modes, and tensor-map-ready q,
-// k, v, dout.
+// exact-D pre-pass), every feature, both modes, and tensor-map-ready q, k, v, dout.
 std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const DeviceFacts& dev);
 
 // Runs it over `keys` (tile_rows hopper_dkdv_key_rows()); p.head_parts must be 1.
