@@ -366,9 +366,28 @@ def test_hopper_backward(rng, dtype, dims, heads, feature, layout):
     check_attention(rng, dtype, B, T, HQ, H, K, V, cu=cu, backend="hopper", **FEATURES[feature])
 
 
+HOPPER_WIDE_DIMS = [(256, 256), (192, 128), (136, 200), (256, 64), (160, 160)]
+
+
+@pytest.mark.parametrize("layout", ["dense", "packed"])
+@pytest.mark.parametrize("feature", ["none", "w0", "w1", "w64", "w65", "gate", "sink", "gate+window+sink"])
+@pytest.mark.parametrize("heads", [(8, 2), (4, 4)], ids=["gqa", "mha"])
+@pytest.mark.parametrize("dims", HOPPER_WIDE_DIMS, ids=lambda d: f"K{d[0]}V{d[1]}")
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
+def test_hopper_wide_backward(rng, dtype, dims, heads, feature, layout):
+    """The Hopper backward's wide kernel (head dims above 128)."""
+    if not hopper_built():
+        pytest.skip("the Hopper kernels are not built into this library (or this GPU is not sm_90)")
+    K, V = dims
+    HQ, H = heads
+    cu = [0, 0, 15, 100, 300, 700] if layout == "packed" else None
+    B, T = (1, cu[-1]) if cu else (2, 300)
+    check_attention(rng, dtype, B, T, HQ, H, K, V, cu=cu, backend="hopper", **FEATURES[feature])
+
+
 @pytest.mark.parametrize("layout", ["dense", "packed"])
 @pytest.mark.parametrize("feature", ["none", "w65", "gate+window+sink"])
-@pytest.mark.parametrize("dims", [(64, 64), (128, 128), (96, 40)], ids=lambda d: f"K{d[0]}V{d[1]}")
+@pytest.mark.parametrize("dims", [(64, 64), (128, 128), (96, 40), (256, 256)], ids=lambda d: f"K{d[0]}V{d[1]}")
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
 def test_hopper_deterministic_backward(rng, dtype, dims, feature, layout):
     """Deterministic mode on the Hopper backward: dQ (and the row sums) added in key-tile order across many key

@@ -48,10 +48,37 @@ struct DkdvTile {
   static_assert(smem_bytes() <= 227 * 1024, "the Hopper backward's buffers exceed shared memory");
 };
 
+// The wide bucket (K and V up to 256, backward_wide_kernel.cuh): dK and dV of 64 keys do not fit one consumer's
+// registers, so the two consumers split the head dims instead of the keys. A CTA's item is BN = 64 keys of one kv
+// head; per step of BM = 64 query rows each consumer makes S and dP for 32 of the keys (queries as rows), both write
+// P and dS into shared memory, and then each accumulates dV^T = dO^T P and dK^T = Q^T dS for its 128 head dims (as
+// rows; 2 x 64 dims x 64 keys each) and makes dQ = dS K for its 128 dims of the 64 query rows.
+template <int kD>
+struct DkdvWideTile {
+  static constexpr int BN = 64, BM = 64, kStages = 2, kBlocks = kD / 64;
+  static constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr uint32_t kKBytes = BN * kD * 2, kQBytes = BM * kD * 2, kPBytes = BM * BN * 2;
+  static constexpr uint32_t kTermBytes = 2 * BM * 4;
+  static constexpr uint32_t kSumBytes = 2 * 2 * 2 * BM * 4;  // E and mass partials of both consumers, two buffers
+  static constexpr uint32_t kColsumBytes = 2 * 4 * 32 * 4;   // the gate's column-sum partials per consumer warp
+  static constexpr uint32_t kKeyTermBytes = BN * 4;          // the gate's key terms of the current query head
+  static constexpr size_t smem_bytes() {
+    return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kPBytes + kStages * kTermBytes + kSumBytes + kColsumBytes +
+           kKeyTermBytes + 1024;
+  }
+  static_assert(kD == 256, "head dims of the wide Hopper backward");
+  static_assert(register_split_fits(3, kProducerRegs, kConsumerRegs), "register budget of the wide Hopper backward");
+  static_assert(smem_bytes() <= 227 * 1024, "the wide Hopper backward's buffers exceed shared memory");
+};
+
 // Launches the dK/dV kernel of bucket kD (K, V <= kD) over the key tiles `keys` (tile_rows BN) on a persistent grid
 // of at most `sms` CTAs, with the row sums where p.b.needs_row_sums(). Instantiated per (T, kD) in
 // backward_instances/.
 template <class T, int kD>
 void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, int sms, CUstream_st* stream);
+
+// The wide bucket's kernel, with the row sums where p.b.needs_row_sums(), over key tiles of DkdvWideTile's BN rows.
+template <class T>
+void launch_dkdv_wide(const DkdvParams& p, const TileSchedule& keys, CUstream_st* stream);
 
 }  // namespace flashgate::cuda::hopper

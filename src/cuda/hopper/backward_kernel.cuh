@@ -97,6 +97,30 @@ __device__ __forceinline__ Step step_of(const bwd::BackwardParams& p, const KeyW
   return {w.hk * p.a.group + head, w.rows_begin + tile * BM};
 }
 
+// Deterministic mode (p.dq_order): a warp adds its part of a step's dQ rows (and row sums) only once every warp of
+// the key tiles after this one that add into the same rows did (8 adds a tile, `turn` in all), so that each fp32
+// sum is made in one order on every run. Those tiles walk the rows from i0 / BN's tile down to this one; each starts
+// at its own first key row, so a later tile reaches any row block sooner than an earlier one and seldom makes it
+// wait. The counter of query head h's `rows`-row block at i0:
+__device__ __forceinline__ int* dq_turn_counter(const bwd::BackwardParams& p, const KeyWork& w, int64_t h, int i0,
+                                                int rows) {
+  return p.dq_order + bwd::dq_order_index(p.a, w.seq.batch, h, w.seq_index, w.seq.start, i0, rows);
+}
+// Every lane loads and lane 0's value decides, so that the loop stays warp-uniform (a divergent one makes ptxas
+// serialise the kernel's wgmmas).
+__device__ __forceinline__ void wait_dq_turn(const int* counter, int turn) {
+  ::cuda::atomic_ref<const int, ::cuda::thread_scope_device> count(*counter);
+  while (__shfl_sync(0xffffffffu, count.load(::cuda::memory_order_relaxed), 0) < turn) __nanosleep(64);
+  ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);  // once, not per poll
+}
+// Counts a warp's adds. Every lane's adds are performed before the count says so (a release fence: lighter than
+// __threadfence's sequentially consistent one); a caller that counts one step late finds them done.
+__device__ __forceinline__ void end_dq_turn(int* counter) {
+  ::cuda::atomic_thread_fence(::cuda::memory_order_release, ::cuda::thread_scope_device);
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) atomicAdd(counter, 1);
+}
+
 // The CTA's buffers and barriers; the Q / dO and term rings count steps (ring.h).
 template <int kD>
 struct Buffers : Ring<DkdvTile<kD>::kStages> {
@@ -159,13 +183,13 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
 };
 
 // The producer's lane: per item with steps, K and V, then Q and dO of every step (`step` counts the CTA's steps).
-template <class T, int kD>
-__device__ __forceinline__ void produce(const DkdvParams& p, const Buffers<kD>& buf, const KeyWork& w,
-                                        uint32_t item_n, uint32_t step) {
-  using Tile = DkdvTile<kD>;
+template <class T, class Buf>
+__device__ __forceinline__ void produce(const DkdvParams& p, const Buf& buf, const KeyWork& w, uint32_t item_n,
+                                        uint32_t step) {
+  using Tile = typename Buf::Tile;
   const int32_t token0 = static_cast<int32_t>(w.seq.start), batch = static_cast<int32_t>(w.seq.batch);
   const int32_t hk = static_cast<int32_t>(w.hk);
-  Buffers<kD>::KvRing::wait_free(buf.kv_empty(), item_n);  // the consumers are done with the last item's K and V
+  Buf::KvRing::wait_free(buf.kv_empty(), item_n);  // the consumers are done with the last item's K and V
   ptx::barrier_arrive_expect(buf.kv_full(), 2 * Tile::kKBytes);
   for (int c = 0; c < Tile::kBlocks; ++c) {
     ptx::tma_load(buf.template k<T>() + c * Tile::BN * 64, &p.k_map, {c * 64, token0 + w.j0, hk, batch}, buf.kv_full());
@@ -188,10 +212,10 @@ __device__ __forceinline__ void produce(const DkdvParams& p, const Buffers<kD>& 
 // A producer warp stages each step's row terms: the row offset r = (lse - Gc) log2 e, so that P = exp2(s scale
 // log2 e - r - Gc_key log2 e) (+inf where the row takes no probability: past the sequence, or a row that sees no
 // key), and D.
-template <int kD>
-__device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const Buffers<kD>& buf, const KeyWork& w,
+template <class Buf>
+__device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                             uint32_t step) {
-  using Tile = DkdvTile<kD>;
+  using Tile = typename Buf::Tile;
   const int lane = threadIdx.x % 32;
   for (int it = 0; it < w.steps; ++it) {
     const Step st = step_of<Tile::BM>(p, w, it);
@@ -402,30 +426,10 @@ class Consumer {
     }
   }
 
-  // Deterministic mode (p.dq_order): a warp adds its part of the step's dQ rows (and row sums) only once every
-  // warp of the key tiles after this one that add into the same rows did (8 adds a tile), so that each fp32 sum is
-  // made in one order on every run. Those tiles walk the rows from i0 / BN's tile down to this one; each starts at
-  // its own first key row, so a later tile reaches any row block sooner than an earlier one and seldom makes it wait.
-  __device__ __forceinline__ int* order_counter(int64_t h, int i0) const {
-    return p_.dq_order + bwd::dq_order_index(p_.a, w_.seq.batch, h, w_.seq_index, w_.seq.start, i0, BM);
-  }
-  // Every lane loads and lane 0's value decides, so that the loop stays warp-uniform (a divergent one makes ptxas
-  // serialise the kernel's wgmmas).
+  // Deterministic mode (p.dq_order, dq_turn_counter): this CTA's turn at the step's dQ rows.
+  __device__ __forceinline__ int* order_counter(int64_t h, int i0) const { return dq_turn_counter(p_, w_, h, i0, BM); }
   __device__ __forceinline__ void wait_turn(const int* counter, int i0) const {
-    const int turn = 8 * (i0 / BN - w_.j0 / BN);
-    ::cuda::atomic_ref<const int, ::cuda::thread_scope_device> count(*counter);
-    while (__shfl_sync(0xffffffffu, count.load(::cuda::memory_order_relaxed), 0) < turn) __nanosleep(64);
-    ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);  // once, not per poll
-  }
-  // Counts a warp's adds, one step after it made them: the fence then finds them done instead of stalling the warp
-  // for their round trip. A held-back count is posted before the warp's next wait_turn and at the end of the item:
-  // the steps of one item only wait for lighter items, which never wait for it.
-  __device__ __forceinline__ static void end_turn(int* counter) {
-    // Every lane's adds are performed before the count says so (a release fence: lighter than __threadfence's
-    // sequentially consistent one).
-    ::cuda::atomic_thread_fence(::cuda::memory_order_release, ::cuda::thread_scope_device);
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) atomicAdd(counter, 1);
+    wait_dq_turn(counter, 8 * (i0 / BN - w_.j0 / BN));
   }
 
   __device__ __forceinline__ void hold_kv() {
@@ -529,7 +533,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       c.hold_kv();
       ptx::wgmma_hold(dq);
       if (p.b.dq_order) {
-        if (counted) Consumer::end_turn(counted);
+        if (counted) bwd_detail::end_dq_turn(counted);
         counted = c.order_counter(st.h, st.i0);
         c.wait_turn(counted, st.i0);
       }
@@ -578,7 +582,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     }
     finish_step(w.steps - 1);
     Buffers::KvRing::release(buf.kv_empty());  // the producer loads the next item's K and V under the stores
-    if (counted) Consumer::end_turn(counted);
+    if (counted) bwd_detail::end_dq_turn(counted);
     c.store();
     ++item_n, step += w.steps;
   }

@@ -130,7 +130,7 @@ Plan make_plan(const BackwardArgs& args, BackwardParams& p, const DeviceFacts& d
   // The Hopper dK/dV kernel walks every query head of a kv head itself (hopper_backward_refusal accepted it).
   if (kernels == DkdvKernels::hopper && hopper_dkdv_refusal(args, p, dev).empty()) {
     plan.hopper = true;
-    plan.tiles.key_tile = hopper_dkdv_key_rows();
+    plan.tiles.key_tile = hopper_dkdv_key_rows(p);
     p.head_parts = 1;
   }
 #else

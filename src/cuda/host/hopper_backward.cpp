@@ -11,20 +11,30 @@
 
 namespace flashgate::host {
 
-int hopper_dkdv_key_rows() { return cuda::hopper::DkdvTile<64>::BN; }
+namespace {
+// Head dims above 128 take the wide kernel (backward.h's DkdvWideTile).
+bool wide(const cuda::bwd::BackwardParams& p) { return p.a.K > 128 || p.a.V > 128; }
+}  // namespace
+
+int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p) {
+  return wide(p) ? cuda::hopper::DkdvWideTile<256>::BN : cuda::hopper::DkdvTile<64>::BN;
+}
 
 std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
   const cuda::AttentionParams& a = p.a;
   if (dev.major != 9) return "needs an sm_90 GPU";
   if (a.dtype != cuda::ElementType::f16 && a.dtype != cuda::ElementType::bf16) return "takes fp16 and bf16 only";
   if (p.exact_D) return "takes head dims above 16 (smaller ones need the exact-D pre-pass)";
-  if (a.K > 128 || a.V > 128) return "takes head dims K and V up to 128 so far";
+  if (a.K > 256 || a.V > 256) return "takes head dims K and V up to 256 so far";
   if (a.K % 8 != 0 || a.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (a.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
+  const int64_t ctas = cuda::make_tile_schedule(a, hopper_dkdv_key_rows(p), nullptr).num_tiles * a.H;
+  if (ctas > std::numeric_limits<int32_t>::max()) return "needs fewer than 2^31 (key tile, kv head) pairs";
   for (const Tensor* t : {&args.q, &args.k, &args.v, &args.dout})
     if (!token_head_map_ready(*t)) return "needs q, k, v and dout with 16-byte aligned rows and strides";
-  if (cuda::row_copy_width(args.dk) < 4 || cuda::row_copy_width(args.dv) < 4)
-    return "needs dk and dv with 4-byte aligned rows";
+  const int out_width = wide(p) ? 16 : 4;  // the wide kernel stores 16-byte pieces, the narrow one 4-byte pairs
+  if (cuda::row_copy_width(args.dk) < out_width || cuda::row_copy_width(args.dv) < out_width)
+    return "needs dk and dv with " + std::to_string(out_width) + "-byte aligned rows";
   return "";
 }
 
@@ -33,9 +43,19 @@ void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParam
   using cuda::hopper::DkdvTile;
   cuda::hopper::DkdvParams dp;
   dp.b = p;
+  const cuda::ElementType type = p.a.dtype;
+  if (wide(p)) {
+    using Wide = cuda::hopper::DkdvWideTile<256>;
+    dp.q_map = cuda::make_tensor_map(args.q.data, type, token_head_map(args.q, Wide::BM));
+    dp.k_map = cuda::make_tensor_map(args.k.data, type, token_head_map(args.k, Wide::BN));
+    dp.v_map = cuda::make_tensor_map(args.v.data, type, token_head_map(args.v, Wide::BN));
+    dp.do_map = cuda::make_tensor_map(args.dout.data, type, token_head_map(args.dout, Wide::BM));
+    if (type == cuda::ElementType::f16) cuda::hopper::launch_dkdv_wide<__half>(dp, keys, stream);
+    else cuda::hopper::launch_dkdv_wide<__nv_bfloat16>(dp, keys, stream);
+    return;
+  }
   const int kd = p.a.K <= 64 && p.a.V <= 64 ? 64 : 128;
   const int query_rows = kd == 64 ? DkdvTile<64>::BM : DkdvTile<128>::BM;
-  const cuda::ElementType type = p.a.dtype;
   const int sms = device_facts(args.q.device_index).sms;
   dp.q_map = cuda::make_tensor_map(args.q.data, type, token_head_map(args.q, query_rows));
   dp.k_map = cuda::make_tensor_map(args.k.data, type, token_head_map(args.k, DkdvTile<64>::BN));

@@ -13,11 +13,11 @@
 
 namespace flashgate::host {
 
-// Key rows per CTA of the Hopper dK/dV kernel (the key tile schedule's tile_rows).
-int hopper_dkdv_key_rows();
+// Key rows per CTA of the Hopper dK/dV kernel that serves `p` (the key tile schedule's tile_rows).
+int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p);
 
 // "" when the Hopper dK/dV kernel serves this backward (its params `p` planned for the MMA path), else why not:
-// it takes an sm_90 device, fp16/bf16, K and V up to 128 (multiples of 8; above 16: smaller ones take the
+// it takes an sm_90 device, fp16/bf16, K and V up to 256 (multiples of 8; above 16: smaller ones take the
 // exact-D pre-pass), every feature, both modes, and tensor-map-ready q, k, v, dout.
 std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const DeviceFacts& dev);
 

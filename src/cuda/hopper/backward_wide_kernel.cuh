@@ -1,0 +1,436 @@
+// The Hopper backward's wide bucket (sm_90a): dK, dV of one key tile of 64 keys and one kv head for K and V up to
+// 256, fp16/bf16, both modes; dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row
+// sums E (and, with a gate, the mass) and the gate's column sums of dS. Its shape is backward.h's DkdvWideTile: the
+// two consumers split the keys for S and dP and the head dims for dV, dK and dQ.
+//
+// Warpgroup 0 produces exactly as in the narrow kernel (backward_kernel.cuh: bwd_detail::produce, stage_terms).
+// A consumer's step: S and dP of its 32 keys (queries as rows, P made while dP runs), dS; once the other consumer
+// is done with the last step's P and dS, P and dS into shared memory; once both consumers' halves are in,
+// dV^T += dO^T P and dK^T += Q^T dS for its 128 head dims and dQ = dS K for its 128 columns; dK and dV leave through
+// shared memory at the end.
+//
+// Shared memory: K, V [kD/64][64 keys][64]; per stage Q, dO [kD/64][64 rows][64]; P, dS [64 rows][64 keys]; the
+// terms [stage][lse | D][64]; the row sums' partials [2][consumer][E | mass][64] and the column sums' [consumer][warp]
+// [32], the gate's key terms [64]. Every 64-column block 128-byte swizzled and 1024-byte aligned
+// (cuda/ptx/wgmma.h has the layouts): P and dS serve as MN-major B operands of dV^T and dK^T (rows: the K dimension,
+// the queries) and dS as the K-major A operand of dQ (rows: M, the queries).
+#pragma once
+
+#include "cuda/hopper/backward_kernel.cuh"
+
+namespace flashgate::cuda::hopper {
+
+#if defined(__CUDACC__)
+namespace bwd_wide {
+
+using bwd_detail::KeyWork;
+using bwd_detail::Step;
+
+// The CTA's buffers and barriers: the narrow kernel's interface (the producer's and the term warp's code is shared)
+// with P, dS and the sums' partials in place of dS^T.
+template <int kD>
+struct Buffers : Ring<DkdvWideTile<kD>::kStages> {
+  using Tile = DkdvWideTile<kD>;
+  using Ring<Tile::kStages>::kS;
+  static constexpr int kReleasers = 8;  // one lane per consumer warp
+
+  using KvRing = Ring<1>;  // one item a CTA: the producer's first wait_free passes at once
+
+  unsigned char* base;
+  uint64_t* bars;  // kv_full, kv_empty, then per stage q_full, q_empty, t_full, t_empty
+  static constexpr int kBarriers = 2 + 4 * kS;
+
+  template <class T>
+  __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
+  template <class T>
+  __device__ __forceinline__ T* v() const { return reinterpret_cast<T*>(base + Tile::kKBytes); }
+  template <class T>
+  __device__ __forceinline__ T* q(int s) const {
+    return reinterpret_cast<T*>(base + 2 * Tile::kKBytes + s * 2 * Tile::kQBytes);
+  }
+  template <class T>
+  __device__ __forceinline__ T* dout(int s) const { return q<T>(s) + Tile::kQBytes / 2; }
+  // P (which 0) or dS (which 1).
+  template <class T>
+  __device__ __forceinline__ T* pds(int which) const {
+    return reinterpret_cast<T*>(base + 2 * Tile::kKBytes + kS * 2 * Tile::kQBytes + which * Tile::kPBytes);
+  }
+  // The row offsets r[BM] then D[BM] of stage s.
+  __device__ __forceinline__ float* terms(int s) const {
+    return reinterpret_cast<float*>(base + 2 * Tile::kKBytes + kS * 2 * Tile::kQBytes + 2 * Tile::kPBytes) +
+           s * 2 * Tile::BM;
+  }
+  // The consumers' partial E and mass of step b's rows (two buffers by step parity), [consumer][E | mass][BM].
+  __device__ __forceinline__ float* sums(int b) const { return terms(kS) + b * 2 * 2 * Tile::BM; }
+  // The consumer warps' partial column sums of dS, [consumer][warp][32 keys].
+  __device__ __forceinline__ float* colsums() const { return sums(2); }
+  // The gate's key terms Gc_key log2 e of the tile's keys for the current query head, [BN].
+  __device__ __forceinline__ float* key_terms() const { return colsums() + 2 * 4 * 32; }
+  __device__ __forceinline__ uint64_t* kv_full() const { return bars; }
+  __device__ __forceinline__ uint64_t* kv_empty() const { return bars + 1; }
+  __device__ __forceinline__ uint64_t* q_full(int s) const { return bars + 2 + s; }
+  __device__ __forceinline__ uint64_t* q_empty(int s) const { return bars + 2 + kS + s; }
+  __device__ __forceinline__ uint64_t* t_full(int s) const { return bars + 2 + 2 * kS + s; }
+  __device__ __forceinline__ uint64_t* t_empty(int s) const { return bars + 2 + 3 * kS + s; }
+
+  __device__ __forceinline__ void init() const {
+    ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers);
+    for (int s = 0; s < kS; ++s) {
+      ptx::barrier_init(q_full(s), 1), ptx::barrier_init(q_empty(s), kReleasers);
+      ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
+    }
+    ptx::fence_barrier_init();
+  }
+  __device__ __forceinline__ void release_q(int s) const { this->release(q_empty(s)); }
+};
+
+// One consumer warpgroup: keys 32 me.. of the tile for S and dP, head dims kD / 2 * me.. for dV, dK and dQ.
+template <class T, int kD, bool kRowSums>
+class Consumer {
+  using Tile = DkdvWideTile<kD>;
+  static constexpr int BM = Tile::BM, BN = Tile::BN;
+  static constexpr int kKeys = BN / 2;     // S, dP columns of this consumer
+  static constexpr int kS = kKeys / 2;     // S, dP accumulators per thread (m64n32)
+  static constexpr int kDims = kD / 2;     // head dims of this consumer
+  static constexpr int kTiles = kDims / 64;  // m64 tiles of them (dK^T, dV^T rows)
+
+ public:
+  __device__ __forceinline__ Consumer(const bwd::BackwardParams& p, const KeyWork& w, int me)
+      : p_(p), w_(w), me_(me), lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32) {
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) dk_[t][i] = 0.f, dv_[t][i] = 0.f;
+  }
+
+  // kRowSums: this consumer's keys' terms Gc_key log2 e for query head h (0 without a gate) into `terms` (shared,
+  // [BN]); every thread of the consumer calls it, after the last step that read the previous head's.
+  __device__ __forceinline__ void load_key_terms(int64_t h, float* terms) const {
+    if constexpr (kRowSums) {
+      const int t = ptx::warpgroup_thread(), kk = w_.j0 + kKeys * me_ + t;
+      if (t < kKeys) {
+        const float* gc = p_.a.has_gate ? p_.a.gc_row(w_.seq.batch, h) + w_.seq.start : nullptr;
+        terms[kKeys * me_ + t] = gc && kk < w_.seq.len ? gc[kk] * kLog2e : 0.f;
+      }
+      ptx::named_barrier_sync(2 + me_, 128);
+    }
+  }
+
+  // S = Q K^T and dP = dO V^T for this consumer's keys, as two wgmma groups (P is made while dP runs).
+  __device__ __forceinline__ void issue_scores(float (&s)[kS], float (&dp)[kS], const Buffers<kD>& buf, int stage) const {
+    const T* k = buf.template k<T>() + kKeys * me_ * 64;  // rows kKeys me.. of every 64-column block
+    const T* v = buf.template v<T>() + kKeys * me_ * 64;
+#pragma unroll
+    for (int step = 0; step < kD / 16; ++step)
+      ptx::Wgmma<T, kKeys, 0>::ss(s, ptx::k_major_descriptor(buf.template q<T>(stage), BM, step),
+                                  ptx::k_major_descriptor(k, BN, step), step > 0);
+    ptx::wgmma_commit();
+#pragma unroll
+    for (int step = 0; step < kD / 16; ++step)
+      ptx::Wgmma<T, kKeys, 0>::ss(dp, ptx::k_major_descriptor(buf.template dout<T>(stage), BM, step),
+                                  ptx::k_major_descriptor(v, BN, step), step > 0);
+    ptx::wgmma_commit();
+  }
+
+  // This thread's query rows in the step (accumulator rows g and g + 8 of its warp's 16) and keys in the tile.
+  __device__ __forceinline__ int row(int half) const { return 16 * warp_ + lane_ / 4 + 8 * half; }
+  __device__ __forceinline__ int key(int j, int odd) const { return kKeys * me_ + 8 * j + 2 * (lane_ % 4) + odd; }
+
+  // P = exp2(S scale log2 e - row offset) in place in s; kMasked: the step's block crosses the causal diagonal, the
+  // window's edge or the sequence's end.
+  template <bool kMasked>
+  __device__ __forceinline__ void probabilities(float (&s)[kS], const float* terms, const float* key_terms,
+                                                int i0) const {
+    const AttentionParams& a = p_.a;
+    const unsigned bound = distance_bound(a.window);
+    const float r[2] = {terms[row(0)], terms[row(1)]};
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int half = e >> 1, q = i0 + row(half), kk = w_.j0 + key(j, e & 1);
+        const float offset = r[half] + (kRowSums ? key_terms[key(j, e & 1)] : 0.f);
+        float pr = ptx::exp2_ftz(fmaf(s[4 * j + e], a.scale_log2, -offset));
+        if (kMasked && (!visible_at_distance(q - kk, bound) || kk >= w_.seq.len)) pr = 0.f;
+        s[4 * j + e] = pr;
+      }
+  }
+
+  // dS = P (dP - D) in place in dp. kRowSums: this consumer's parts of E (sum_keys P dP) and the mass (sum_keys P)
+  // of the thread's two rows, summed over the quad's keys, into `sums` ([consumer][E | mass][BM]; add_sums adds the
+  // two consumers' once both are in), and the rows' dS added to the keys' column sums.
+  __device__ __forceinline__ void gradients(const float (&s)[kS], float (&dp)[kS], const float* terms, float* sums) {
+    const float d[2] = {terms[BM + row(0)], terms[BM + row(1)]};
+    float e_part[2] = {0.f, 0.f}, mass_part[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pr = s[4 * j + e], dpv = dp[4 * j + e];
+        dp[4 * j + e] = pr * (dpv - d[e >> 1]);
+        if constexpr (kRowSums) {
+          e_part[e >> 1] += pr * dpv;
+          mass_part[e >> 1] += pr;
+          colsum_[2 * j + (e & 1)] += dp[4 * j + e];
+        }
+      }
+    if constexpr (kRowSums) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float e_sum = quad_sum(e_part[half]), mass_sum = quad_sum(mass_part[half]);
+        if (lane_ % 4 == 0) sums[(2 * me_) * BM + row(half)] = e_sum, sums[(2 * me_ + 1) * BM + row(half)] = mass_sum;
+      }
+    }
+  }
+  __device__ __forceinline__ void add_sums(const float* sums, int64_t h, int i0) const {
+    if constexpr (kRowSums) {
+      const int t = ptx::warpgroup_thread();  // consumer 0's threads 0..63, one row each
+      if (me_ != 0 || t >= BM || i0 + t >= w_.seq.len) return;
+      const int64_t at = p_.row_index(w_.seq.batch, h, w_.seq.start) + i0 + t;
+      atomicAdd(p_.E + at, sums[t] + sums[2 * BM + t]);
+      if (p_.a.has_gate) atomicAdd(p_.mass + at, sums[BM + t] + sums[3 * BM + t]);
+    }
+  }
+
+  // kRowSums with a gate: at the end of query head h's steps, the keys' sums of dS over its queries (the quads' rows
+  // by shuffles, the consumer's 4 warps through `colsums`). Every thread of the consumer calls it.
+  __device__ __forceinline__ void store_colsum(int64_t h, float* colsums) {
+    if constexpr (kRowSums) {
+      float* mine = colsums + me_ * 4 * 32;
+#pragma unroll
+      for (int i = 0; i < kKeys / 4; ++i) {
+        float v = colsum_[i];
+        v += __shfl_xor_sync(0xffffffffu, v, 4);
+        v += __shfl_xor_sync(0xffffffffu, v, 8);
+        v += __shfl_xor_sync(0xffffffffu, v, 16);
+        colsum_[i] = 0.f;
+        if (lane_ < 4) mine[warp_ * 32 + key(i / 2, i % 2) - kKeys * me_] = v;
+      }
+      ptx::named_barrier_sync(2 + me_, 128);
+      const int t = ptx::warpgroup_thread();
+      if (t < kKeys && p_.a.has_gate) {
+        const int kk = w_.j0 + kKeys * me_ + t;
+        if (kk < w_.seq.len)
+          p_.colsum[p_.row_index(w_.seq.batch, h, w_.seq.start) + kk] =
+              mine[t] + mine[32 + t] + mine[64 + t] + mine[96 + t];
+      }
+      ptx::named_barrier_sync(2 + me_, 128);  // read before the next head's partials land
+    }
+  }
+
+  // This consumer's columns of x into a [64 rows][64 keys] swizzled tile, then a fence so that the tensor cores see
+  // them.
+  __device__ __forceinline__ void store_tile(const float (&x)[kS], T* tile) const {
+    unsigned char* bytes = reinterpret_cast<unsigned char*>(tile);
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int r = row(half), chunk = key(j, 0) / 8;
+        *reinterpret_cast<uint32_t*>(bytes + r * 128 + ((chunk ^ (r & 7)) * 16) + 4 * (lane_ % 4)) =
+            ptx::pack2<T>(x[4 * j + 2 * half], x[4 * j + 2 * half + 1]);
+      }
+    ptx::fence_async_shared();
+  }
+
+  // dV^T += dO^T P and dK^T += Q^T dS for this consumer's head dims (dO and Q read transposed: M is their
+  // contiguous dimension), then dQ = dS K for its columns (K read transposed); two wgmma groups.
+  __device__ __forceinline__ void issue_kv(const Buffers<kD>& buf, int stage, const T* p, const T* ds) {
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      const int block = kTiles * me_ + t;
+#pragma unroll
+      for (int s = 0; s < BM / 16; ++s)
+        ptx::Wgmma<T, BN, 1>::template ss<1>(
+            dv_[t], ptx::mn_major_descriptor(buf.template dout<T>(stage) + block * BM * 64, BM, s),
+            ptx::mn_major_descriptor(p, BM, s), true);
+#pragma unroll
+      for (int s = 0; s < BM / 16; ++s)
+        ptx::Wgmma<T, BN, 1>::template ss<1>(
+            dk_[t], ptx::mn_major_descriptor(buf.template q<T>(stage) + block * BM * 64, BM, s),
+            ptx::mn_major_descriptor(ds, BM, s), true);
+    }
+    ptx::wgmma_commit();
+  }
+  __device__ __forceinline__ void issue_dq(float (&dq)[kDims / 2], const Buffers<kD>& buf, const T* ds) const {
+    const T* k = buf.template k<T>() + kTiles * me_ * BN * 64;  // 64-column block kTiles me.. of K
+#pragma unroll
+    for (int s = 0; s < BN / 16; ++s)
+      ptx::Wgmma<T, kDims, 1>::ss(dq, ptx::k_major_descriptor(ds, BM, s), ptx::mn_major_descriptor(k, BN, s), s > 0);
+    ptx::wgmma_commit();
+  }
+
+  // Adds dQ (rows as the accumulator's warp rows, this consumer's columns) into dq_acc's fragment order.
+  __device__ __forceinline__ void add_dq(const float (&dq)[kDims / 2], int64_t h, int i0) const {
+    const AttentionParams& a = p_.a;
+    const int i_first = i0 + 16 * warp_, col0 = kDims * me_;
+    if (i_first >= w_.seq.len) return;
+    const int64_t row0 = bwd::dq_row(a, w_.seq.batch, h, w_.seq_index, w_.seq.start);
+    float* at = p_.dq_acc + bwd::dq_acc_offset(row0, i_first, col0, p_.K16) + 4 * lane_;
+#pragma unroll
+    for (int j = 0; j < kDims / 8; ++j) {
+      if (col0 + 8 * j >= p_.K16) break;
+#if FG_HOPPER_BWD_BODY
+      ptx::red_add_v4_f32(at + j * 128, make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]));
+#endif
+    }
+  }
+
+  __device__ __forceinline__ void hold_kv() {
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) ptx::wgmma_hold(dk_[t]), ptx::wgmma_hold(dv_[t]);
+  }
+
+  // dK^T (times scale) and dV^T into row-major [64 keys][kD] tiles of T in shared memory (dk_tile, dv_tile), this
+  // consumer's head dims; the caller copies them out once both consumers wrote theirs.
+  __device__ __forceinline__ void stage_out(T* dk_tile, T* dv_tile) const {
+    const int g = lane_ / 4, c = lane_ % 4;
+    uint16_t* dk = reinterpret_cast<uint16_t*>(dk_tile);
+    uint16_t* dv = reinterpret_cast<uint16_t*>(dv_tile);
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {  // keys 8j + 2c and the next of head dim `dim`
+          const int dim = 64 * (kTiles * me_ + t) + 16 * warp_ + g + 8 * half, at = (8 * j + 2 * c) * kD + dim;
+          const int i = 4 * j + 2 * half;
+          const uint32_t kp = ptx::pack2<T>(dk_[t][i] * p_.a.scale, dk_[t][i + 1] * p_.a.scale);
+          const uint32_t vp = ptx::pack2<T>(dv_[t][i], dv_[t][i + 1]);
+          dk[at] = static_cast<uint16_t>(kp), dk[at + kD] = static_cast<uint16_t>(kp >> 16);
+          dv[at] = static_cast<uint16_t>(vp), dv[at + kD] = static_cast<uint16_t>(vp >> 16);
+        }
+  }
+
+ private:
+  const bwd::BackwardParams& p_;
+  const KeyWork w_;
+  const int me_, lane_, warp_;
+  float dk_[kTiles][BN / 2], dv_[kTiles][BN / 2];  // dK^T, dV^T: m64nBN tiles, head dims as rows
+  // kRowSums: the thread's keys' dS column sums (key(j, odd) at 2j + odd).
+  float colsum_[kRowSums ? kKeys / 4 : 1] = {};
+};
+
+// The staged dK and dV tiles ([64 keys][kD]) to dk and dv by 16-byte pieces, all 256 consumer threads.
+template <class T, int kD>
+__device__ __forceinline__ void copy_out(const bwd::BackwardParams& p, const KeyWork& w, const T* dk_tile,
+                                         const T* dv_tile) {
+  constexpr int kChunks = kD * 2 / 16;  // 16-byte pieces of a row
+  const int t = threadIdx.x - 128;
+  for (int i = t; i < DkdvWideTile<kD>::BN * kChunks; i += 256) {
+    const int key = i / kChunks, chunk = i % kChunks, col = chunk * 8;
+    if (w.j0 + key >= w.seq.len) continue;
+    const int64_t token = w.seq.start + w.j0 + key;
+    if (col < p.a.K)
+      *reinterpret_cast<uint4*>(p.dk.template row<T>(w.seq.batch, token, w.hk) + col) =
+          *reinterpret_cast<const uint4*>(dk_tile + key * kD + col);
+    if (col < p.a.V)
+      *reinterpret_cast<uint4*>(p.dv.template row<T>(w.seq.batch, token, w.hk) + col) =
+          *reinterpret_cast<const uint4*>(dv_tile + key * kD + col);
+  }
+}
+
+}  // namespace bwd_wide
+
+// One CTA per (key tile of 64 keys, kv head), the tiles most query rows see first (deterministic mode: lightest).
+template <class T, int kD, bool kRowSums>
+__global__ void __launch_bounds__(DkdvWideTile<kD>::kThreads, 1)
+    dkdv_wide_kernel(const __grid_constant__ DkdvParams p, const __grid_constant__ TileSchedule keys) {
+#if FG_HOPPER_BWD_BODY
+  using Tile = DkdvWideTile<kD>;
+  using Buffers = bwd_wide::Buffers<kD>;
+  extern __shared__ unsigned char raw[];
+  __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
+  const Buffers buf{{}, ptx::swizzle_aligned(raw), bars};
+  if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x).valid) return;
+
+  if (threadIdx.x == 0) buf.init();
+  __syncthreads();
+
+  // Nothing stays live across setmaxnreg (ptxas would spill it): each role derives its work afterwards.
+  if (threadIdx.x < 128) {
+    ptx::setmaxnreg_dec<Tile::kProducerRegs>();
+    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x);
+    const int warp = threadIdx.x / 32;
+    if (w.steps == 0) return;  // nobody would wait for its copies
+    if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0);
+    else if (warp == 1) bwd_detail::stage_terms(p.b, buf, w, 0);
+    return;
+  }
+
+  ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
+  const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x);
+  const int me = ptx::warpgroup_index() - 1;
+  bwd_wide::Consumer<T, kD, kRowSums> c(p.b, w, me);
+  // Named barriers of both consumers: 1 when both halves of P and dS are in, 4 when both are done with the last
+  // step's P and dS (2 + me: one consumer's column sums).
+  if (w.steps > 0) ptx::barrier_wait(buf.kv_full(), 0);
+  if (w.steps > 0) c.load_key_terms(w.hk * p.b.a.group, buf.key_terms());
+  T* const pt = buf.template pds<T>(0);
+  T* const dst = buf.template pds<T>(1);
+  for (int it = 0; it < w.steps; ++it) {
+    const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
+    const int s = buf.stage(it);
+    ptx::barrier_wait(buf.q_full(s), buf.parity(it));
+    ptx::barrier_wait(buf.t_full(s), buf.parity(it));  // not between issue and wait: a loop there serialises wgmma
+    float sc[Tile::BN / 4], dp[Tile::BN / 4];
+    ptx::wgmma_fence();
+    c.issue_scores(sc, dp, buf, s);
+    ptx::wgmma_wait<1>();
+    ptx::wgmma_hold(sc);
+    if (block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window))
+      c.template probabilities<true>(sc, buf.terms(s), buf.key_terms(), st.i0);
+    else
+      c.template probabilities<false>(sc, buf.terms(s), buf.key_terms(), st.i0);
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_hold(dp);
+    // Sums buffer it % 2 was last read two steps ago, before its reader passed the barriers of the step between.
+    c.gradients(sc, dp, buf.terms(s), buf.sums(it % 2));
+    ptx::barrier_arrive(buf.t_empty(s));
+    ptx::named_barrier_sync(4, 256);  // both consumers' wgmmas of the last step are done
+    c.store_tile(sc, pt);
+    c.store_tile(dp, dst);
+    ptx::named_barrier_sync(1, 256);  // both consumers' keys of P and dS (and their row sums) are in
+    float dq[kD / 4];
+    ptx::wgmma_fence();
+    c.issue_kv(buf, s, pt, dst);
+    c.issue_dq(dq, buf, dst);
+    ptx::wgmma_wait<0>();
+    c.hold_kv();
+    ptx::wgmma_hold(dq);
+    buf.release_q(s);
+    int* counter = p.b.dq_order ? bwd_detail::dq_turn_counter(p.b, w, st.h, st.i0, Tile::BM) : nullptr;
+    if (counter) bwd_detail::wait_dq_turn(counter, 8 * (st.i0 / Tile::BN - w.j0 / Tile::BN));
+    c.add_sums(buf.sums(it % 2), st.h, st.i0);
+    c.add_dq(dq, st.h, st.i0);
+    if (counter) bwd_detail::end_dq_turn(counter);
+    if (kRowSums && (it + 1) % w.tiles_per_head == 0) {  // the head's last step
+      c.store_colsum(st.h, buf.colsums());
+      if (it + 1 < w.steps) c.load_key_terms(st.h + 1, buf.key_terms());
+    }
+  }
+  // Keys no query row sees (window 0) still get their zero column sums.
+  if (kRowSums && w.steps == 0)
+    for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h, buf.colsums());
+  // dK and dV through stage 0's Q and dO buffers: every step's reads of them are done once both consumers are here.
+  ptx::named_barrier_sync(1, 256);
+  c.stage_out(buf.template q<T>(0), buf.template dout<T>(0));
+  ptx::named_barrier_sync(1, 256);
+  bwd_wide::copy_out<T, kD>(p.b, w, buf.template q<T>(0), buf.template dout<T>(0));
+#endif
+}
+
+template <class T>
+void launch_dkdv_wide(const DkdvParams& p, const TileSchedule& keys, CUstream_st* stream) {
+  using Tile = DkdvWideTile<256>;
+  const int64_t ctas = keys.num_tiles * p.b.a.H;
+  if (ctas == 0) return;
+  const auto kernel = p.b.needs_row_sums() ? dkdv_wide_kernel<T, 256, true> : dkdv_wide_kernel<T, 256, false>;
+  FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(Tile::smem_bytes())));
+  kernel<<<static_cast<unsigned>(ctas), Tile::kThreads, Tile::smem_bytes(), stream>>>(p, keys);
+  FLASHGATE_CHECK_LAUNCH("hopper dkdv_wide_kernel");
+}
+#endif  // __CUDACC__
+
+}  // namespace flashgate::cuda::hopper
