@@ -1,8 +1,9 @@
-// The backward's dq accumulator layout (dq_acc_offset / dq_row in src/cuda/portable/backward_params.h) on
+// The backward's dq accumulator layout (dq_acc_offset / dq_row in src/cuda/common/backward_params.h) on
 // the CPU: every (head, sequence, row, column) of a dense or packed problem, including the padding rows of
 // each sequence's last 16-row group, has its own float inside the buffer, and a warp's m16n8 accumulator
 // fragment is 128 consecutive floats, lane l's four values at 4 l .. 4 l + 3 (what add_dq_fragment adds with
-// one 16-byte reduction per lane). Fresh random lengths.
+// one 16-byte reduction per lane). Also the deterministic Hopper backward's order counters (dq_order_index):
+// one counter of its own per (head, sequence, row block) for both query tile heights. Fresh random lengths.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -18,6 +19,8 @@ namespace {
 using flashgate::cuda::AttentionParams;
 using flashgate::cuda::bwd::dq_acc_offset;
 using flashgate::cuda::bwd::dq_acc_rows_per_head;
+using flashgate::cuda::bwd::dq_order_blocks;
+using flashgate::cuda::bwd::dq_order_index;
 using flashgate::cuda::bwd::dq_row;
 
 struct Sequence {
@@ -74,6 +77,48 @@ TEST(DqAccLayout, PackedRowsAreDistinctAndGroupsStayClear) {
   a.T = t, a.num_seqs = n;
   SCOPED_TRACE("seed " + std::to_string(seed) + ", segments " + std::to_string(n) + ", T " + std::to_string(t));
   check_distinct(a, seqs, 32);
+}
+
+// Every (head, sequence, `rows`-row block) of the sequences gets a counter of its own inside B * HQ * blocks.
+void check_order_counters(const AttentionParams& a, const std::vector<Sequence>& seqs, int rows) {
+  const int64_t counters = a.B * a.HQ * dq_order_blocks(a, rows);
+  std::vector<uint8_t> used(static_cast<size_t>(counters), 0);
+  for (int64_t h = 0; h < a.HQ; ++h)
+    for (size_t n = 0; n < seqs.size(); ++n) {
+      const Sequence& s = seqs[n];
+      for (int i = 0; i < s.len; i += rows) {
+        const int64_t at = dq_order_index(a, s.batch, h, static_cast<int64_t>(n), s.start, i, rows);
+        ASSERT_GE(at, 0);
+        ASSERT_LT(at, counters) << "rows " << rows << " sequence " << n << " block at " << i;
+        ASSERT_EQ(used[at], 0) << "rows " << rows << " sequence " << n << " head " << h << " block at " << i;
+        used[at] = 1;
+      }
+    }
+}
+
+TEST(DqOrderCounters, DenseAndPackedBlocksAreDistinct) {
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  std::mt19937_64 rng(seed);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  AttentionParams dense;
+  dense.B = 3, dense.HQ = 2, dense.T = 1 + static_cast<int64_t>(rng() % 500), dense.num_seqs = dense.B;
+  std::vector<Sequence> dense_seqs;
+  for (int64_t b = 0; b < dense.B; ++b) dense_seqs.push_back({b, 0, static_cast<int>(dense.T)});
+  AttentionParams packed;
+  packed.packed = true, packed.B = 1, packed.HQ = 3;
+  std::vector<Sequence> packed_seqs;
+  int64_t t = 0;
+  const int n = 1 + static_cast<int>(rng() % 40);
+  for (int i = 0; i < n; ++i) {
+    const int len = rng() % 4 == 0 ? 0 : 1 + static_cast<int>(rng() % 300);  // zero-length segments too
+    packed_seqs.push_back({0, t, len});
+    t += len;
+  }
+  packed.T = t, packed.num_seqs = n;
+  for (int rows : {64, 128}) {
+    check_order_counters(dense, dense_seqs, rows);
+    check_order_counters(packed, packed_seqs, rows);
+  }
 }
 
 TEST(DqAccLayout, FragmentsAreConsecutive) {
