@@ -53,10 +53,12 @@ def poisoned_outputs(monkeypatch):
 # ---- parallel_attn: forward + backward against the fp64 reference -------------------------------------------
 
 def check_attention(rng, dtype, B, T, HQ, H, K, V, cu=None, gate=None, sink=False, window=None, scale=None,
-                    tol=5e-3, return_lse=True, deterministic=False, make_inputs=None, backward=True, backend="auto"):
+                    tol=5e-3, return_lse=True, deterministic=False, make_inputs=None, backward=True, backend="auto",
+                    repeats=1):
     """Runs flashgate.parallel_attn forward and (unless backward=False) backward on `backend` and compares o, lse
     and every gradient with the fp64 reference computed on the same rounded inputs. gate: None, 'logsigmoid',
-    'uniform' or 'randn' (FLA)."""
+    'uniform' or 'randn' (FLA). repeats > 1: the forward and backward run that many times in all and every run's
+    gradients must equal the first's bit for bit."""
     if make_inputs is None:
         q, k, v = rng.randn((B, T, HQ, K), dtype), rng.randn((B, T, H, K), dtype), rng.randn((B, T, H, V), dtype)
     else:
@@ -75,11 +77,18 @@ def check_attention(rng, dtype, B, T, HQ, H, K, V, cu=None, gate=None, sink=Fals
     extra = [t.requires_grad_() for t in (g, s) if t is not None]
     inputs = [q, k, v, *extra]
 
-    out = flashgate.parallel_attn(q, k, v, g, scale, window, cu_t, sink_bias=s, return_lse=return_lse,
-                                  deterministic=deterministic, backend=backend)
-    o, lse = out if return_lse else (out, None)
+    def run():
+        out = flashgate.parallel_attn(q, k, v, g, scale, window, cu_t, sink_bias=s, return_lse=return_lse,
+                                      deterministic=deterministic, backend=backend)
+        return out if return_lse else (out, None)
+
+    o, lse = run()
     do = rng.randn(o.shape, dtype)
     grads = torch.autograd.grad(o, inputs, do) if backward else None
+    names = ["dq", "dk", "dv"] + (["dg"] if g is not None else []) + (["dsink"] if s is not None else [])
+    for _ in range(repeats - 1 if backward else 0):
+        for name, first, again in zip(names, grads, torch.autograd.grad(run()[0], inputs, do)):
+            assert torch.equal(first, again), f"{name} differs between deterministic runs"
 
     r_inputs = [t.detach().double().requires_grad_() for t in (q, k, v, g, s) if t is not None]
     rq, rk, rv = r_inputs[:3]
@@ -93,7 +102,6 @@ def check_attention(rng, dtype, B, T, HQ, H, K, V, cu=None, gate=None, sink=Fals
         ref.assert_close("lse", lse, rlse, tol, rng.seed)
     if not backward:
         return None
-    names = ["dq", "dk", "dv"] + (["dg"] if g is not None else []) + (["dsink"] if s is not None else [])
     for name, got, want in zip(names, grads, r_grads):
         ref.assert_close(name, got, want, tol, rng.seed)
     return grads
@@ -395,31 +403,10 @@ def test_hopper_deterministic_backward(rng, dtype, dims, feature, layout):
     if not hopper_built():
         pytest.skip("the Hopper kernels are not built into this library (or this GPU is not sm_90)")
     K, V = dims
-    HQ, H = 8, 2
-    kw = FEATURES[feature]
     cu = [0, 0, 15, 100, 300, 1200, 2000] if layout == "packed" else None
     B, T = (1, cu[-1]) if cu else (2, 1000)
-    q, k, v = rng.randn((B, T, HQ, K), dtype), rng.randn((B, T, H, K), dtype), rng.randn((B, T, H, V), dtype)
-    g = F.logsigmoid(rng.randn((B, T, HQ))) if kw.get("gate") else None
-    s = rng.randn((HQ,)) if kw.get("sink") else None
-    cu_t = torch.tensor(cu, dtype=torch.int32, device=DEV) if cu else None
-    leaves = [t.requires_grad_() for t in (q, k, v, g, s) if t is not None]
-    do = rng.randn((B, T, HQ, V), dtype)
-    runs = []
-    for _ in range(3):
-        o = flashgate.parallel_attn(q, k, v, g, None, kw.get("window"), cu_t, sink_bias=s, deterministic=True,
-                                    backend="hopper")
-        runs.append(torch.autograd.grad(o, leaves, do))
-    names = ["dq", "dk", "dv"] + (["dg"] if g is not None else []) + (["dsink"] if s is not None else [])
-    for r in runs[1:]:
-        for name, a, b in zip(names, runs[0], r):
-            assert torch.equal(a, b), f"{name} differs between deterministic runs"
-    r_inputs = [t.detach().double().requires_grad_() for t in leaves]
-    rg = r_inputs[3] if g is not None else None
-    rs = r_inputs[-1] if s is not None else None
-    ro, _ = ref.attention(*r_inputs[:3], rg, rs, None, kw.get("window"), cu_t)
-    for name, got, want in zip(names, runs[0], torch.autograd.grad(ro, r_inputs, do.double())):
-        ref.assert_close(name, got, want, 5e-3, rng.seed)
+    check_attention(rng, dtype, B, T, 8, 2, K, V, cu=cu, deterministic=True, backend="hopper", repeats=3,
+                    **FEATURES[feature])
 
 
 @pytest.mark.parametrize("offset", SCORE_OFFSETS)

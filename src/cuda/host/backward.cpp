@@ -234,9 +234,10 @@ void launch_mma_kernels(const BackwardArgs& args, const BackwardParams& p, const
   }
 }
 
-void zero_async(void* ptr, int64_t floats, cudaStream_t stream) {
-  if (ptr && floats > 0)
-    FLASHGATE_CUDA_CHECK(cudaMemsetAsync(ptr, 0, static_cast<size_t>(floats) * sizeof(float), stream));
+template <class T>
+void zero_async(T* ptr, int64_t count, cudaStream_t stream) {
+  if (ptr && count > 0)
+    FLASHGATE_CUDA_CHECK(cudaMemsetAsync(ptr, 0, static_cast<size_t>(count) * sizeof(T), stream));
 }
 
 }  // namespace
@@ -293,8 +294,7 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
   zero_async(p.E, rows, stream);  // rows outside every sequence (broken unchecked cu_seqlens) stay 0
   zero_async(p.mass, rows, stream);
   zero_async(p.dq_acc, dq_acc_floats(p), stream);
-  if (p.dq_order)
-    FLASHGATE_CUDA_CHECK(cudaMemsetAsync(p.dq_order, 0, static_cast<size_t>(dq_order_counters(p)) * sizeof(int), stream));
+  zero_async(p.dq_order, dq_order_counters(p), stream);
 
   if (plan.mma) {
     // The MMA loaders copy 16-byte chunks: unaligned inputs go through aligned copies first.
