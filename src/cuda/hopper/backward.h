@@ -32,9 +32,13 @@ struct DkdvParams {
 template <int kD>
 struct DkdvTile {
   static constexpr int BN = 128, BM = kD == 64 ? 128 : 64, kStages = 2, kBlocks = kD / 64;
-  // The producer's item loop spills at 24 registers (per item, not per step); D64's consumers with the row sums
-  // need all 240.
-  static constexpr int kThreads = 384, kProducerRegs = kD == 64 ? 24 : 40, kConsumerRegs = kD == 64 ? 240 : 232;
+  // D64's consumers with the row sums need all 240 registers; that leaves the producer 24, where its loops spill
+  // (per step). Every other variant's consumers fit 232 and the producer keeps 40 (one spill per item).
+  static constexpr int kThreads = 384;
+  template <bool kRowSums>
+  static constexpr int kProducerRegs = kD == 64 && kRowSums ? 24 : 40;
+  template <bool kRowSums>
+  static constexpr int kConsumerRegs = kD == 64 && kRowSums ? 240 : 232;
   static constexpr bool kDqSplitsColumns = kD >= 128;  // else it splits the step's rows
   static constexpr uint32_t kKBytes = BN * kD * 2, kQBytes = BM * kD * 2, kDsBytes = BN * BM * 2;
   static constexpr uint32_t kTermBytes = 2 * BM * 4;  // the row offset (log2 domain) and D of a step's rows
@@ -43,7 +47,9 @@ struct DkdvTile {
     return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kDsBytes + kStages * kTermBytes + kSumBytes + 1024;
   }
   static_assert(kD == 64 || kD == 128, "head dims of the Hopper backward");
-  static_assert(register_split_fits(3, kProducerRegs, kConsumerRegs), "register budget of the Hopper backward");
+  static_assert(register_split_fits(3, kProducerRegs<true>, kConsumerRegs<true>) &&
+                    register_split_fits(3, kProducerRegs<false>, kConsumerRegs<false>),
+                "register budget of the Hopper backward");
   static_assert(BM * kD == 64 * 128, "each consumer's dQ block is 64 x 64");
   static_assert(smem_bytes() <= 227 * 1024, "the Hopper backward's buffers exceed shared memory");
 };

@@ -485,7 +485,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   // Nothing stays live across setmaxnreg (ptxas would spill it). Every role walks the same items; the rings count
   // the CTA's items with steps (item_n) and its steps (step).
   if (threadIdx.x < 128) {
-    ptx::setmaxnreg_dec<Tile::kProducerRegs>();
+    ptx::setmaxnreg_dec<Tile::template kProducerRegs<kRowSums>>();
     const int warp = threadIdx.x / 32;
     const bool loads = warp == 0 && ptx::elect_one();
     if (!loads && warp != 1) return;
@@ -502,7 +502,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     return;
   }
 
-  ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
+  ptx::setmaxnreg_inc<Tile::template kConsumerRegs<kRowSums>>();
   const int me = ptx::warpgroup_index() - 1;
   using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
   uint32_t item_n = 0, step = 0;
@@ -597,7 +597,10 @@ void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, int sms, CUstrea
   const auto kernel = p.b.needs_row_sums() ? dkdv_kernel<T, kD, true> : dkdv_kernel<T, kD, false>;
   FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(Tile::smem_bytes())));
-  const unsigned grid = static_cast<unsigned>(items < sms ? items : sms);
+  // Deterministic mode's tiles wait for tiles that come before them in the schedule: those are sure to be running
+  // only when every item has a CTA of its own (CTAs start in index order); a persistent CTA could wait on an item
+  // dealt to a CTA that is not resident.
+  const unsigned grid = static_cast<unsigned>(p.b.dq_order || items < sms ? items : sms);
   kernel<<<grid, Tile::kThreads, Tile::smem_bytes(), stream>>>(p, keys);
   FLASHGATE_CHECK_LAUNCH("hopper dkdv_kernel");
 }
