@@ -40,7 +40,9 @@ struct DkdvTile {
   template <bool kRowSums>
   static constexpr int kConsumerRegs = kD == 64 && kRowSums ? 240 : 232;
   static constexpr bool kDqSplitsColumns = kD >= 128;  // else it splits the step's rows
+  static constexpr int kKBlocks = kBlocks, kVBlocks = kBlocks;
   static constexpr uint32_t kKBytes = BN * kD * 2, kQBytes = BM * kD * 2, kDsBytes = BN * BM * 2;
+  static constexpr uint32_t kVBytes = kKBytes, kDoBytes = kQBytes;
   static constexpr uint32_t kTermBytes = 2 * BM * 4;  // the row offset (log2 domain) and D of a step's rows
   static constexpr uint32_t kSumBytes = 2 * 2 * 8 * BM * 4;  // E and mass partials per consumer warp, two buffers
   static constexpr size_t smem_bytes() {
@@ -54,25 +56,30 @@ struct DkdvTile {
   static_assert(smem_bytes() <= 227 * 1024, "the Hopper backward's buffers exceed shared memory");
 };
 
-// The wide bucket (K and V up to 256, backward_wide_kernel.cuh): dK and dV of 64 keys do not fit one consumer's
+// The wide buckets (K or V above 128, backward_wide_kernel.cuh): K, V up to 256, and K up to 192 with V up to 128
+// (that common shape in the 256 bucket would do 1.6x its FLOPs). dK and dV of 64 keys do not fit one consumer's
 // registers, so the two consumers split the head dims instead of the keys. A CTA's item is BN = 64 keys of one kv
 // head; per step of BM = 64 query rows each consumer makes S and dP for 32 of the keys (queries as rows), both write
-// P and dS into shared memory, and then each accumulates dV^T = dO^T P and dK^T = Q^T dS for its 128 head dims (as
-// rows; 2 x 64 dims x 64 keys each) and makes dQ = dS K for its 128 dims of the 64 query rows.
-template <int kD>
+// P and dS into shared memory, and then each accumulates dV^T = dO^T P and dK^T = Q^T dS for its 64-dim blocks of
+// the head dims (as rows, 64 keys as columns) and makes dQ = dS K for its 64-column blocks of the 64 query rows.
+template <int kK, int kV>
 struct DkdvWideTile {
-  static constexpr int BN = 64, BM = 64, kStages = 2, kBlocks = kD / 64;
+  static constexpr int BN = 64, BM = 64, kStages = 2, kKBlocks = kK / 64, kVBlocks = kV / 64;
   static constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240;
-  static constexpr uint32_t kKBytes = BN * kD * 2, kQBytes = BM * kD * 2, kPBytes = BM * BN * 2;
+  // Whether the bucket serves the row sums (a gate or a sink): 192 / 128's row-sum variant has ptxas serialize its
+  // wgmmas (C7514), so those cases take the 256 bucket.
+  static constexpr bool kServesRowSums = kK == kV;
+  static constexpr uint32_t kKBytes = BN * kK * 2, kVBytes = BN * kV * 2, kPBytes = BM * BN * 2;
+  static constexpr uint32_t kQBytes = BM * kK * 2, kDoBytes = BM * kV * 2;
   static constexpr uint32_t kTermBytes = 2 * BM * 4;
   static constexpr uint32_t kSumBytes = 2 * 2 * 2 * BM * 4;  // E and mass partials of both consumers, two buffers
   static constexpr uint32_t kColsumBytes = 2 * 4 * 32 * 4;   // the gate's column-sum partials per consumer warp
   static constexpr uint32_t kKeyTermBytes = BN * 4;          // the gate's key terms of the current query head
   static constexpr size_t smem_bytes() {
-    return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kPBytes + kStages * kTermBytes + kSumBytes + kColsumBytes +
-           kKeyTermBytes + 1024;
+    return kKBytes + kVBytes + kStages * (kQBytes + kDoBytes) + 2 * kPBytes + kStages * kTermBytes + kSumBytes +
+           kColsumBytes + kKeyTermBytes + 1024;
   }
-  static_assert(kD == 256, "head dims of the wide Hopper backward");
+  static_assert((kK == 256 && kV == 256) || (kK == 192 && kV == 128), "head dims of the wide Hopper backward");
   static_assert(register_split_fits(3, kProducerRegs, kConsumerRegs), "register budget of the wide Hopper backward");
   static_assert(smem_bytes() <= 227 * 1024, "the wide Hopper backward's buffers exceed shared memory");
 };
@@ -83,8 +90,9 @@ struct DkdvWideTile {
 template <class T, int kD>
 void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, int sms, CUstream_st* stream);
 
-// The wide bucket's kernel, with the row sums where p.b.needs_row_sums(), over key tiles of DkdvWideTile's BN rows.
-template <class T>
+// The wide bucket (kK, kV)'s kernel, with the row sums where p.b.needs_row_sums(), over key tiles of DkdvWideTile's
+// BN rows. Instantiated per (T, kK, kV) in backward_instances/.
+template <class T, int kK, int kV>
 void launch_dkdv_wide(const DkdvParams& p, const TileSchedule& keys, CUstream_st* stream);
 
 }  // namespace flashgate::cuda::hopper

@@ -190,22 +190,22 @@ __device__ __forceinline__ void produce(const DkdvParams& p, const Buf& buf, con
   const int32_t token0 = static_cast<int32_t>(w.seq.start), batch = static_cast<int32_t>(w.seq.batch);
   const int32_t hk = static_cast<int32_t>(w.hk);
   Buf::KvRing::wait_free(buf.kv_empty(), item_n);  // the consumers are done with the last item's K and V
-  ptx::barrier_arrive_expect(buf.kv_full(), 2 * Tile::kKBytes);
-  for (int c = 0; c < Tile::kBlocks; ++c) {
+  ptx::barrier_arrive_expect(buf.kv_full(), Tile::kKBytes + Tile::kVBytes);
+  for (int c = 0; c < Tile::kKBlocks; ++c)
     ptx::tma_load(buf.template k<T>() + c * Tile::BN * 64, &p.k_map, {c * 64, token0 + w.j0, hk, batch}, buf.kv_full());
+  for (int c = 0; c < Tile::kVBlocks; ++c)
     ptx::tma_load(buf.template v<T>() + c * Tile::BN * 64, &p.v_map, {c * 64, token0 + w.j0, hk, batch}, buf.kv_full());
-  }
   for (int it = 0; it < w.steps; ++it) {
     const Step st = step_of<Tile::BM>(p.b, w, it);
     const uint32_t n = step + it;
     const int s = buf.stage(n);
     buf.wait_free(buf.q_empty(s), n);
-    ptx::barrier_arrive_expect(buf.q_full(s), 2 * Tile::kQBytes);
+    ptx::barrier_arrive_expect(buf.q_full(s), Tile::kQBytes + Tile::kDoBytes);
     const int32_t h = static_cast<int32_t>(st.h), row = token0 + st.i0;
-    for (int c = 0; c < Tile::kBlocks; ++c) {
+    for (int c = 0; c < Tile::kKBlocks; ++c)
       ptx::tma_load(buf.template q<T>(s) + c * Tile::BM * 64, &p.q_map, {c * 64, row, h, batch}, buf.q_full(s));
+    for (int c = 0; c < Tile::kVBlocks; ++c)
       ptx::tma_load(buf.template dout<T>(s) + c * Tile::BM * 64, &p.do_map, {c * 64, row, h, batch}, buf.q_full(s));
-    }
   }
 }
 

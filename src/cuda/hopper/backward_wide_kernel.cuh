@@ -1,15 +1,18 @@
-// The Hopper backward's wide bucket (sm_90a): dK, dV of one key tile of 64 keys and one kv head for K and V up to
-// 256, fp16/bf16, both modes; dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row
+// The Hopper backward's wide buckets (sm_90a): dK, dV of one key tile of 64 keys and one kv head for K and V up to
+// 256 or K up to 192 with V up to 128, fp16/bf16, both modes; dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row
 // sums E (and, with a gate, the mass) and the gate's column sums of dS. Its shape is backward.h's DkdvWideTile: the
 // two consumers split the keys for S and dP and the head dims for dV, dK and dQ.
 //
 // Warpgroup 0 produces exactly as in the narrow kernel (backward_kernel.cuh: bwd_detail::produce, stage_terms).
 // A consumer's step: S and dP of its 32 keys (queries as rows, P made while dP runs), dS; once the other consumer
 // is done with the last step's P and dS, P and dS into shared memory; once both consumers' halves are in,
-// dV^T += dO^T P and dK^T += Q^T dS for its 128 head dims and dQ = dS K for its 128 columns; dK and dV leave through
-// shared memory at the end.
+// dV^T += dO^T P and dK^T += Q^T dS for its 64-dim blocks and dQ = dS K for its 64-column blocks; dK and dV leave
+// through shared memory at the end. Each consumer owns a range of blocks of each kind so that both make as many:
+// 256 / 256 halves every kind; 192 / 128 gives consumer 0 dK and dQ blocks 0-1, consumer 1 dK and dQ block 2 and dV
+// blocks 0-1.
 //
-// Shared memory: K, V [kD/64][64 keys][64]; per stage Q, dO [kD/64][64 rows][64]; P, dS [64 rows][64 keys]; the
+// Shared memory: K [kK/64][64 keys][64], V [kV/64][64 keys][64]; per stage Q [kK/64][64 rows][64], dO [kV/64][64
+// rows][64]; P, dS [64 rows][64 keys]; the
 // terms [stage][lse | D][64]; the row sums' partials [2][consumer][E | mass][64] and the column sums' [consumer][warp]
 // [32], the gate's key terms [64]. Every 64-column block 128-byte swizzled and 1024-byte aligned
 // (cuda/ptx/wgmma.h has the layouts): P and dS serve as MN-major B operands of dV^T and dK^T (rows: the K dimension,
@@ -28,9 +31,9 @@ using bwd_detail::Step;
 
 // The CTA's buffers and barriers: the narrow kernel's interface (the producer's and the term warp's code is shared)
 // with P, dS and the sums' partials in place of dS^T.
-template <int kD>
-struct Buffers : Ring<DkdvWideTile<kD>::kStages> {
-  using Tile = DkdvWideTile<kD>;
+template <int kK, int kV>
+struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages> {
+  using Tile = DkdvWideTile<kK, kV>;
   using Ring<Tile::kStages>::kS;
   static constexpr int kReleasers = 8;  // one lane per consumer warp
 
@@ -44,20 +47,21 @@ struct Buffers : Ring<DkdvWideTile<kD>::kStages> {
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
   template <class T>
   __device__ __forceinline__ T* v() const { return reinterpret_cast<T*>(base + Tile::kKBytes); }
+  static constexpr uint32_t kStageBytes = Tile::kQBytes + Tile::kDoBytes;
   template <class T>
   __device__ __forceinline__ T* q(int s) const {
-    return reinterpret_cast<T*>(base + 2 * Tile::kKBytes + s * 2 * Tile::kQBytes);
+    return reinterpret_cast<T*>(base + Tile::kKBytes + Tile::kVBytes + s * kStageBytes);
   }
   template <class T>
   __device__ __forceinline__ T* dout(int s) const { return q<T>(s) + Tile::kQBytes / 2; }
   // P (which 0) or dS (which 1).
   template <class T>
   __device__ __forceinline__ T* pds(int which) const {
-    return reinterpret_cast<T*>(base + 2 * Tile::kKBytes + kS * 2 * Tile::kQBytes + which * Tile::kPBytes);
+    return reinterpret_cast<T*>(base + Tile::kKBytes + Tile::kVBytes + kS * kStageBytes + which * Tile::kPBytes);
   }
   // The row offsets r[BM] then D[BM] of stage s.
   __device__ __forceinline__ float* terms(int s) const {
-    return reinterpret_cast<float*>(base + 2 * Tile::kKBytes + kS * 2 * Tile::kQBytes + 2 * Tile::kPBytes) +
+    return reinterpret_cast<float*>(base + Tile::kKBytes + Tile::kVBytes + kS * kStageBytes + 2 * Tile::kPBytes) +
            s * 2 * Tile::BM;
   }
   // The consumers' partial E and mass of step b's rows (two buffers by step parity), [consumer][E | mass][BM].
@@ -84,24 +88,45 @@ struct Buffers : Ring<DkdvWideTile<kD>::kStages> {
   __device__ __forceinline__ void release_q(int s) const { this->release(q_empty(s)); }
 };
 
-// One consumer warpgroup: keys 32 me.. of the tile for S and dP, head dims kD / 2 * me.. for dV, dK and dQ.
-template <class T, int kD, bool kRowSums>
+// Where both consumers own as many blocks of each kind (256 / 256), one copy of the consumer's code serves both (its
+// index only offsets the blocks); else each has its own (kMe; two copies of the code in the kernel).
+constexpr int kEitherConsumer = -1;
+
+// Consumer warpgroup me: keys 32 me.. of the tile for S and dP; for dK^T and dV^T (head dims as rows) and dQ (head
+// dims as columns) its blocks (dk_blocks() etc.). kMe: me at compile time, or kEitherConsumer.
+template <class T, int kK, int kV, bool kRowSums, int kMe>
 class Consumer {
-  using Tile = DkdvWideTile<kD>;
+  using Tile = DkdvWideTile<kK, kV>;
+  using Buf = Buffers<kK, kV>;
   static constexpr int BM = Tile::BM, BN = Tile::BN;
-  static constexpr int kKeys = BN / 2;     // S, dP columns of this consumer
-  static constexpr int kS = kKeys / 2;     // S, dP accumulators per thread (m64n32)
-  static constexpr int kDims = kD / 2;     // head dims of this consumer
-  static constexpr int kTiles = kDims / 64;  // m64 tiles of them (dK^T, dV^T rows)
+  static constexpr int kKeys = BN / 2;  // S, dP columns of this consumer
+  static constexpr int kS = kKeys / 2;  // S, dP accumulators per thread (m64n32)
+  static constexpr bool kSquare = kK == kV;  // 256 / 256, else 192 / 128
+  static_assert(kSquare || kMe == 0 || kMe == 1, "192 / 128 gives the consumers different blocks");
+  // Counts of this consumer's blocks: dK^T rows (= dQ columns) and dV^T rows.
+  static constexpr int kDkCount = kSquare ? 2 : kMe == 0 ? 2 : 1, kDvCount = kSquare ? 2 : kMe == 0 ? 0 : 2;
+  static_assert(2 * kDkCount + kDvCount == (2 * Tile::kKBlocks + Tile::kVBlocks) / 2,
+                "both consumers make as many blocks");
 
  public:
+  static constexpr int kDqAcc = kDkCount * 32;  // accumulators per thread of dQ (m64, n 64 kDkCount)
+
   __device__ __forceinline__ Consumer(const bwd::BackwardParams& p, const KeyWork& w, int me)
       : p_(p), w_(w), me_(me), lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32) {
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t)
+    for (int t = 0; t < kDkCount; ++t)
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) dk_[t][i] = 0.f, dv_[t][i] = 0.f;
+      for (int i = 0; i < BN / 2; ++i) dk_[t][i] = 0.f;
+#pragma unroll
+    for (int t = 0; t < kDvCount; ++t)
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) dv_[t][i] = 0.f;
   }
+
+  // The first of this consumer's blocks: 256 / 256 halves every kind; 192 / 128 gives consumer 0 dK^T (and dQ) blocks
+  // 0-1, consumer 1 dK^T block 2 and dV^T blocks 0-1.
+  __device__ __forceinline__ int dk_first() const { return kSquare ? 2 * me_ : me_ == 0 ? 0 : 2; }
+  __device__ __forceinline__ int dv_first() const { return kSquare ? 2 * me_ : 0; }
 
   // kRowSums: this consumer's keys' terms Gc_key log2 e for query head h (0 without a gate) into `terms` (shared,
   // [BN]); every thread of the consumer calls it, after the last step that read the previous head's.
@@ -117,16 +142,16 @@ class Consumer {
   }
 
   // S = Q K^T and dP = dO V^T for this consumer's keys, as two wgmma groups (P is made while dP runs).
-  __device__ __forceinline__ void issue_scores(float (&s)[kS], float (&dp)[kS], const Buffers<kD>& buf, int stage) const {
+  __device__ __forceinline__ void issue_scores(float (&s)[kS], float (&dp)[kS], const Buf& buf, int stage) const {
     const T* k = buf.template k<T>() + kKeys * me_ * 64;  // rows kKeys me.. of every 64-column block
     const T* v = buf.template v<T>() + kKeys * me_ * 64;
 #pragma unroll
-    for (int step = 0; step < kD / 16; ++step)
+    for (int step = 0; step < kK / 16; ++step)
       ptx::Wgmma<T, kKeys, 0>::ss(s, ptx::k_major_descriptor(buf.template q<T>(stage), BM, step),
                                   ptx::k_major_descriptor(k, BN, step), step > 0);
     ptx::wgmma_commit();
 #pragma unroll
-    for (int step = 0; step < kD / 16; ++step)
+    for (int step = 0; step < kV / 16; ++step)
       ptx::Wgmma<T, kKeys, 0>::ss(dp, ptx::k_major_descriptor(buf.template dout<T>(stage), BM, step),
                                   ptx::k_major_descriptor(v, BN, step), step > 0);
     ptx::wgmma_commit();
@@ -233,42 +258,43 @@ class Consumer {
     ptx::fence_async_shared();
   }
 
-  // dV^T += dO^T P and dK^T += Q^T dS for this consumer's head dims (dO and Q read transposed: M is their
-  // contiguous dimension), then dQ = dS K for its columns (K read transposed); two wgmma groups.
-  __device__ __forceinline__ void issue_kv(const Buffers<kD>& buf, int stage, const T* p, const T* ds) {
+  // dV^T += dO^T P and dK^T += Q^T dS for this consumer's blocks of head dims (dO and Q read transposed: M is their
+  // contiguous dimension), then dQ = dS K for its blocks of columns (K read transposed); two wgmma groups.
+  __device__ __forceinline__ void issue_kv(const Buf& buf, int stage, const T* p, const T* ds) {
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
-      const int block = kTiles * me_ + t;
+    for (int t = 0; t < kDvCount; ++t)
 #pragma unroll
       for (int s = 0; s < BM / 16; ++s)
         ptx::Wgmma<T, BN, 1>::template ss<1>(
-            dv_[t], ptx::mn_major_descriptor(buf.template dout<T>(stage) + block * BM * 64, BM, s),
+            dv_[t], ptx::mn_major_descriptor(buf.template dout<T>(stage) + (dv_first() + t) * BM * 64, BM, s),
             ptx::mn_major_descriptor(p, BM, s), true);
 #pragma unroll
+    for (int t = 0; t < kDkCount; ++t)
+#pragma unroll
       for (int s = 0; s < BM / 16; ++s)
         ptx::Wgmma<T, BN, 1>::template ss<1>(
-            dk_[t], ptx::mn_major_descriptor(buf.template q<T>(stage) + block * BM * 64, BM, s),
+            dk_[t], ptx::mn_major_descriptor(buf.template q<T>(stage) + (dk_first() + t) * BM * 64, BM, s),
             ptx::mn_major_descriptor(ds, BM, s), true);
-    }
     ptx::wgmma_commit();
   }
-  __device__ __forceinline__ void issue_dq(float (&dq)[kDims / 2], const Buffers<kD>& buf, const T* ds) const {
-    const T* k = buf.template k<T>() + kTiles * me_ * BN * 64;  // 64-column block kTiles me.. of K
+  __device__ __forceinline__ void issue_dq(float (&dq)[kDqAcc], const Buf& buf, const T* ds) const {
+    const T* k = buf.template k<T>() + dk_first() * BN * 64;  // 64-column blocks dk_first().. of K
 #pragma unroll
     for (int s = 0; s < BN / 16; ++s)
-      ptx::Wgmma<T, kDims, 1>::ss(dq, ptx::k_major_descriptor(ds, BM, s), ptx::mn_major_descriptor(k, BN, s), s > 0);
+      ptx::Wgmma<T, 64 * kDkCount, 1>::ss(dq, ptx::k_major_descriptor(ds, BM, s), ptx::mn_major_descriptor(k, BN, s),
+                                           s > 0);
     ptx::wgmma_commit();
   }
 
   // Adds dQ (rows as the accumulator's warp rows, this consumer's columns) into dq_acc's fragment order.
-  __device__ __forceinline__ void add_dq(const float (&dq)[kDims / 2], int64_t h, int i0) const {
+  __device__ __forceinline__ void add_dq(const float (&dq)[kDqAcc], int64_t h, int i0) const {
     const AttentionParams& a = p_.a;
-    const int i_first = i0 + 16 * warp_, col0 = kDims * me_;
+    const int i_first = i0 + 16 * warp_, col0 = 64 * dk_first();
     if (i_first >= w_.seq.len) return;
     const int64_t row0 = bwd::dq_row(a, w_.seq.batch, h, w_.seq_index, w_.seq.start);
     float* at = p_.dq_acc + bwd::dq_acc_offset(row0, i_first, col0, p_.K16) + 4 * lane_;
 #pragma unroll
-    for (int j = 0; j < kDims / 8; ++j) {
+    for (int j = 0; j < 8 * kDkCount; ++j) {
       if (col0 + 8 * j >= p_.K16) break;
 #if FG_HOPPER_BWD_BODY
       ptx::red_add_v4_f32(at + j * 128, make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]));
@@ -278,90 +304,73 @@ class Consumer {
 
   __device__ __forceinline__ void hold_kv() {
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t) ptx::wgmma_hold(dk_[t]), ptx::wgmma_hold(dv_[t]);
+    for (int t = 0; t < kDkCount; ++t) ptx::wgmma_hold(dk_[t]);
+#pragma unroll
+    for (int t = 0; t < kDvCount; ++t) ptx::wgmma_hold(dv_[t]);
   }
 
-  // dK^T (times scale) and dV^T into row-major [64 keys][kD] tiles of T in shared memory (dk_tile, dv_tile), this
-  // consumer's head dims; the caller copies them out once both consumers wrote theirs.
+  // dK^T (times scale) and dV^T into row-major [64 keys][kK] and [64 keys][kV] tiles of T in shared memory (dk_tile,
+  // dv_tile), this consumer's blocks; the caller copies them out once both consumers wrote theirs.
   __device__ __forceinline__ void stage_out(T* dk_tile, T* dv_tile) const {
-    const int g = lane_ / 4, c = lane_ % 4;
-    uint16_t* dk = reinterpret_cast<uint16_t*>(dk_tile);
-    uint16_t* dv = reinterpret_cast<uint16_t*>(dv_tile);
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t)
+    for (int t = 0; t < kDkCount; ++t) stage_block<kK>(dk_[t], dk_first() + t, p_.a.scale, dk_tile);
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {  // keys 8j + 2c and the next of head dim `dim`
-          const int dim = 64 * (kTiles * me_ + t) + 16 * warp_ + g + 8 * half, at = (8 * j + 2 * c) * kD + dim;
-          const int i = 4 * j + 2 * half;
-          const uint32_t kp = ptx::pack2<T>(dk_[t][i] * p_.a.scale, dk_[t][i + 1] * p_.a.scale);
-          const uint32_t vp = ptx::pack2<T>(dv_[t][i], dv_[t][i + 1]);
-          dk[at] = static_cast<uint16_t>(kp), dk[at + kD] = static_cast<uint16_t>(kp >> 16);
-          dv[at] = static_cast<uint16_t>(vp), dv[at + kD] = static_cast<uint16_t>(vp >> 16);
-        }
+    for (int t = 0; t < kDvCount; ++t) stage_block<kV>(dv_[t], dv_first() + t, 1.f, dv_tile);
   }
 
  private:
+  // One m64n64 block of dK^T or dV^T (head dims 64 block.. as rows, keys as columns), times `factor`, into its
+  // columns of a row-major [64 keys][kDim] tile.
+  template <int kDim>
+  __device__ __forceinline__ void stage_block(const float (&x)[BN / 2], int block, float factor, T* tile) const {
+    const int g = lane_ / 4, c = lane_ % 4;
+    uint16_t* out = reinterpret_cast<uint16_t*>(tile);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {  // keys 8j + 2c and the next of head dim `dim`
+        const int dim = 64 * block + 16 * warp_ + g + 8 * half, at = (8 * j + 2 * c) * kDim + dim;
+        const int i = 4 * j + 2 * half;
+        const uint32_t packed = ptx::pack2<T>(x[i] * factor, x[i + 1] * factor);
+        out[at] = static_cast<uint16_t>(packed), out[at + kDim] = static_cast<uint16_t>(packed >> 16);
+      }
+  }
+
   const bwd::BackwardParams& p_;
   const KeyWork w_;
   const int me_, lane_, warp_;
-  float dk_[kTiles][BN / 2], dv_[kTiles][BN / 2];  // dK^T, dV^T: m64nBN tiles, head dims as rows
+  // dK^T, dV^T: m64nBN tiles, head dims as rows (one unused tile where a consumer has no dV block).
+  float dk_[kDkCount][BN / 2], dv_[kDvCount > 0 ? kDvCount : 1][BN / 2];
   // kRowSums: the thread's keys' dS column sums (key(j, odd) at 2j + odd).
   float colsum_[kRowSums ? kKeys / 4 : 1] = {};
 };
 
-// The staged dK and dV tiles ([64 keys][kD]) to dk and dv by 16-byte pieces, all 256 consumer threads.
-template <class T, int kD>
+// The staged dK and dV tiles ([64 keys][kK] and [64 keys][kV]) to dk and dv by 16-byte pieces, all 256 consumer
+// threads.
+template <class T, int kK, int kV>
 __device__ __forceinline__ void copy_out(const bwd::BackwardParams& p, const KeyWork& w, const T* dk_tile,
                                          const T* dv_tile) {
-  constexpr int kChunks = kD * 2 / 16;  // 16-byte pieces of a row
+  constexpr int kChunks = (kK > kV ? kK : kV) * 2 / 16;  // 16-byte pieces of the wider row
   const int t = threadIdx.x - 128;
-  for (int i = t; i < DkdvWideTile<kD>::BN * kChunks; i += 256) {
+  for (int i = t; i < DkdvWideTile<kK, kV>::BN * kChunks; i += 256) {
     const int key = i / kChunks, chunk = i % kChunks, col = chunk * 8;
     if (w.j0 + key >= w.seq.len) continue;
     const int64_t token = w.seq.start + w.j0 + key;
     if (col < p.a.K)
       *reinterpret_cast<uint4*>(p.dk.template row<T>(w.seq.batch, token, w.hk) + col) =
-          *reinterpret_cast<const uint4*>(dk_tile + key * kD + col);
+          *reinterpret_cast<const uint4*>(dk_tile + key * kK + col);
     if (col < p.a.V)
       *reinterpret_cast<uint4*>(p.dv.template row<T>(w.seq.batch, token, w.hk) + col) =
-          *reinterpret_cast<const uint4*>(dv_tile + key * kD + col);
+          *reinterpret_cast<const uint4*>(dv_tile + key * kV + col);
   }
 }
 
-}  // namespace bwd_wide
-
-// One CTA per (key tile of 64 keys, kv head), the tiles most query rows see first (deterministic mode: lightest).
-template <class T, int kD, bool kRowSums>
-__global__ void __launch_bounds__(DkdvWideTile<kD>::kThreads, 1)
-    dkdv_wide_kernel(const __grid_constant__ DkdvParams p, const __grid_constant__ TileSchedule keys) {
-#if FG_HOPPER_BWD_BODY
-  using Tile = DkdvWideTile<kD>;
-  using Buffers = bwd_wide::Buffers<kD>;
-  extern __shared__ unsigned char raw[];
-  __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
-  const Buffers buf{{}, ptx::swizzle_aligned(raw), bars};
-  if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x).valid) return;
-
-  if (threadIdx.x == 0) buf.init();
-  __syncthreads();
-
-  // Nothing stays live across setmaxnreg (ptxas would spill it): each role derives its work afterwards.
-  if (threadIdx.x < 128) {
-    ptx::setmaxnreg_dec<Tile::kProducerRegs>();
-    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x);
-    const int warp = threadIdx.x / 32;
-    if (w.steps == 0) return;  // nobody would wait for its copies
-    if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0);
-    else if (warp == 1) bwd_detail::stage_terms(p.b, buf, w, 0);
-    return;
-  }
-
-  ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
-  const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x);
-  const int me = ptx::warpgroup_index() - 1;
-  bwd_wide::Consumer<T, kD, kRowSums> c(p.b, w, me);
+// Consumer me's walk over the item's steps, then its part of dK and dV out (kMe: Consumer's).
+template <class T, int kK, int kV, bool kRowSums, int kMe>
+__device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, const Buffers<kK, kV>& buf, int me) {
+  using Tile = DkdvWideTile<kK, kV>;
+  using Consumer = bwd_wide::Consumer<T, kK, kV, kRowSums, kMe>;
+  Consumer c(p.b, w, me);
   // Named barriers of both consumers: 1 when both halves of P and dS are in, 4 when both are done with the last
   // step's P and dS (2 + me: one consumer's column sums).
   if (w.steps > 0) ptx::barrier_wait(buf.kv_full(), 0);
@@ -391,7 +400,7 @@ __global__ void __launch_bounds__(DkdvWideTile<kD>::kThreads, 1)
     c.store_tile(sc, pt);
     c.store_tile(dp, dst);
     ptx::named_barrier_sync(1, 256);  // both consumers' keys of P and dS (and their row sums) are in
-    float dq[kD / 4];
+    float dq[Consumer::kDqAcc];
     ptx::wgmma_fence();
     c.issue_kv(buf, s, pt, dst);
     c.issue_dq(dq, buf, dst);
@@ -416,16 +425,55 @@ __global__ void __launch_bounds__(DkdvWideTile<kD>::kThreads, 1)
   ptx::named_barrier_sync(1, 256);
   c.stage_out(buf.template q<T>(0), buf.template dout<T>(0));
   ptx::named_barrier_sync(1, 256);
-  bwd_wide::copy_out<T, kD>(p.b, w, buf.template q<T>(0), buf.template dout<T>(0));
+  bwd_wide::copy_out<T, kK, kV>(p.b, w, buf.template q<T>(0), buf.template dout<T>(0));
+}
+
+}  // namespace bwd_wide
+
+// One CTA per (key tile of 64 keys, kv head), the tiles most query rows see first (deterministic mode: lightest).
+template <class T, int kK, int kV, bool kRowSums>
+__global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
+    dkdv_wide_kernel(const __grid_constant__ DkdvParams p, const __grid_constant__ TileSchedule keys) {
+#if FG_HOPPER_BWD_BODY
+  using Tile = DkdvWideTile<kK, kV>;
+  using Buffers = bwd_wide::Buffers<kK, kV>;
+  extern __shared__ unsigned char raw[];
+  __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
+  const Buffers buf{{}, ptx::swizzle_aligned(raw), bars};
+  if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x).valid) return;
+
+  if (threadIdx.x == 0) buf.init();
+  __syncthreads();
+
+  // Nothing stays live across setmaxnreg (ptxas would spill it): each role derives its work afterwards.
+  if (threadIdx.x < 128) {
+    ptx::setmaxnreg_dec<Tile::kProducerRegs>();
+    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x);
+    const int warp = threadIdx.x / 32;
+    if (w.steps == 0) return;  // nobody would wait for its copies
+    if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0);
+    else if (warp == 1) bwd_detail::stage_terms(p.b, buf, w, 0);
+    return;
+  }
+
+  ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
+  const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x);
+  const int me = ptx::warpgroup_index() - 1;
+  if constexpr (kK == kV) bwd_wide::consume<T, kK, kV, kRowSums, bwd_wide::kEitherConsumer>(p, w, buf, me);
+  else if (me == 0) bwd_wide::consume<T, kK, kV, kRowSums, 0>(p, w, buf, 0);
+  else bwd_wide::consume<T, kK, kV, kRowSums, 1>(p, w, buf, 1);
 #endif
 }
 
-template <class T>
+template <class T, int kK, int kV>
 void launch_dkdv_wide(const DkdvParams& p, const TileSchedule& keys, CUstream_st* stream) {
-  using Tile = DkdvWideTile<256>;
+  using Tile = DkdvWideTile<kK, kV>;
   const int64_t ctas = keys.num_tiles * p.b.a.H;
   if (ctas == 0) return;
-  const auto kernel = p.b.needs_row_sums() ? dkdv_wide_kernel<T, 256, true> : dkdv_wide_kernel<T, 256, false>;
+  auto kernel = dkdv_wide_kernel<T, kK, kV, false>;
+  if constexpr (Tile::kServesRowSums) {
+    if (p.b.needs_row_sums()) kernel = dkdv_wide_kernel<T, kK, kV, true>;
+  }
   FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(Tile::smem_bytes())));
   kernel<<<static_cast<unsigned>(ctas), Tile::kThreads, Tile::smem_bytes(), stream>>>(p, keys);

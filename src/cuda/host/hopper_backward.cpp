@@ -12,12 +12,36 @@
 namespace flashgate::host {
 
 namespace {
-// Head dims above 128 take the wide kernel (backward.h's DkdvWideTile).
+// Head dims above 128 take the wide kernel (backward.h's DkdvWideTile): K up to 192 with V up to 128 its own bucket
+// where it serves the case, the rest the 256 one.
 bool wide(const cuda::bwd::BackwardParams& p) { return p.a.K > 128 || p.a.V > 128; }
+bool wide_192_128(const cuda::bwd::BackwardParams& p) {
+  return p.a.K <= 192 && p.a.V <= 128 && (cuda::hopper::DkdvWideTile<192, 128>::kServesRowSums || !p.needs_row_sums());
+}
+
+template <class T, int kK, int kV>
+void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const cuda::TileSchedule& keys,
+                 cudaStream_t stream) {
+  using Wide = cuda::hopper::DkdvWideTile<kK, kV>;
+  const cuda::ElementType type = dp.b.a.dtype;
+  dp.q_map = cuda::make_tensor_map(args.q.data, type, token_head_map(args.q, Wide::BM));
+  dp.k_map = cuda::make_tensor_map(args.k.data, type, token_head_map(args.k, Wide::BN));
+  dp.v_map = cuda::make_tensor_map(args.v.data, type, token_head_map(args.v, Wide::BN));
+  dp.do_map = cuda::make_tensor_map(args.dout.data, type, token_head_map(args.dout, Wide::BM));
+  cuda::hopper::launch_dkdv_wide<T, kK, kV>(dp, keys, stream);
+}
+
+template <class T>
+void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const cuda::TileSchedule& keys,
+                 cudaStream_t stream) {
+  if (wide_192_128(dp.b)) launch_wide<T, 192, 128>(args, dp, keys, stream);
+  else launch_wide<T, 256, 256>(args, dp, keys, stream);
+}
 }  // namespace
 
 int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p) {
-  return wide(p) ? cuda::hopper::DkdvWideTile<256>::BN : cuda::hopper::DkdvTile<64>::BN;
+  static_assert(cuda::hopper::DkdvWideTile<192, 128>::BN == cuda::hopper::DkdvWideTile<256, 256>::BN);
+  return wide(p) ? cuda::hopper::DkdvWideTile<256, 256>::BN : cuda::hopper::DkdvTile<64>::BN;
 }
 
 std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
@@ -45,13 +69,8 @@ void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParam
   dp.b = p;
   const cuda::ElementType type = p.a.dtype;
   if (wide(p)) {
-    using Wide = cuda::hopper::DkdvWideTile<256>;
-    dp.q_map = cuda::make_tensor_map(args.q.data, type, token_head_map(args.q, Wide::BM));
-    dp.k_map = cuda::make_tensor_map(args.k.data, type, token_head_map(args.k, Wide::BN));
-    dp.v_map = cuda::make_tensor_map(args.v.data, type, token_head_map(args.v, Wide::BN));
-    dp.do_map = cuda::make_tensor_map(args.dout.data, type, token_head_map(args.dout, Wide::BM));
-    if (type == cuda::ElementType::f16) cuda::hopper::launch_dkdv_wide<__half>(dp, keys, stream);
-    else cuda::hopper::launch_dkdv_wide<__nv_bfloat16>(dp, keys, stream);
+    if (type == cuda::ElementType::f16) launch_wide<__half>(args, dp, keys, stream);
+    else launch_wide<__nv_bfloat16>(args, dp, keys, stream);
     return;
   }
   const int kd = p.a.K <= 64 && p.a.V <= 64 ? 64 : 128;
