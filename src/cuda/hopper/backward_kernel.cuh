@@ -264,7 +264,8 @@ class Consumer {
   }
 
   // S^T = K Q^T and dP^T = V dO^T for this consumer's keys, as two wgmma groups (P is made while dP^T runs).
-  __device__ __forceinline__ void issue_scores(float (&s)[kS], float (&dp)[kS], const Buffers<kD>& buf, int stage) const {
+  __device__ __forceinline__ void issue_scores(float (&s)[kS], float (&dp)[kS], const Buffers<kD>& buf,
+                                               int stage) const {
     const T* k = buf.template k<T>() + 64 * me_ * 64;  // rows 64 me.. of every 64-column block
     const T* v = buf.template v<T>() + 64 * me_ * 64;
 #pragma unroll

@@ -1,7 +1,7 @@
 // The Hopper backward's wide buckets (sm_90a): dK, dV of one key tile of 64 keys and one kv head for K and V up to
-// 256 or K up to 192 with V up to 128, fp16/bf16, both modes; dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row
-// sums E (and, with a gate, the mass) and the gate's column sums of dS. Its shape is backward.h's DkdvWideTile: the
-// two consumers split the keys for S and dP and the head dims for dV, dK and dQ.
+// 256, or K up to 192 with V up to 128; fp16/bf16, both modes; dQ added into the fp32 accumulator; with kRowSums (a
+// gate or a sink) also the row sums E (and, with a gate, the mass) and the gate's column sums of dS. Its shape is
+// backward.h's DkdvWideTile: the two consumers split the keys for S and dP and the head dims for dV, dK and dQ.
 //
 // Warpgroup 0 produces exactly as in the narrow kernel (backward_kernel.cuh: bwd_detail::produce, stage_terms).
 // A consumer's step: S and dP of its 32 keys (queries as rows, P made while dP runs), dS; once the other consumer
@@ -12,11 +12,10 @@
 // blocks 0-1.
 //
 // Shared memory: K [kK/64][64 keys][64], V [kV/64][64 keys][64]; per stage Q [kK/64][64 rows][64], dO [kV/64][64
-// rows][64]; P, dS [64 rows][64 keys]; the
-// terms [stage][lse | D][64]; the row sums' partials [2][consumer][E | mass][64] and the column sums' [consumer][warp]
-// [32], the gate's key terms [64]. Every 64-column block 128-byte swizzled and 1024-byte aligned
-// (cuda/ptx/wgmma.h has the layouts): P and dS serve as MN-major B operands of dV^T and dK^T (rows: the K dimension,
-// the queries) and dS as the K-major A operand of dQ (rows: M, the queries).
+// rows][64]; P, dS [64 rows][64 keys]; the terms [stage][lse | D][64]; the row sums' partials [2][consumer][E |
+// mass][64] and the column sums' [consumer][warp][32], the gate's key terms [64]. Every 64-column block 128-byte
+// swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts): P and dS serve as MN-major B operands of dV^T
+// and dK^T (rows: the K dimension, the queries) and dS as the K-major A operand of dQ (rows: M, the queries).
 #pragma once
 
 #include "cuda/hopper/backward_kernel.cuh"
@@ -93,7 +92,8 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages> {
 constexpr int kEitherConsumer = -1;
 
 // Consumer warpgroup me: keys 32 me.. of the tile for S and dP; for dK^T and dV^T (head dims as rows) and dQ (head
-// dims as columns) its blocks (dk_blocks() etc.). kMe: me at compile time, or kEitherConsumer.
+// dims as columns) its blocks (kDkCount from dk_first(), kDvCount from dv_first()). kMe: me at compile time, or
+// kEitherConsumer.
 template <class T, int kK, int kV, bool kRowSums, int kMe>
 class Consumer {
   using Tile = DkdvWideTile<kK, kV>;
