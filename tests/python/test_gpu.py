@@ -355,7 +355,10 @@ def test_hopper_forward(rng, dtype, dims, feature, layout):
     check_hopper_forward(rng, dtype, dims, feature, layout)
 
 
-HOPPER_BACKWARD_DIMS = [(64, 64), (128, 128), (40, 40), (64, 128), (128, 64), (96, 96), (120, 24)]
+# The narrow kernel's buckets (D64, D128; padded and uneven pairs), then the wide kernel's: 192 / 128 (gate and sink
+# cases run in the 256 bucket), padded inside it, and the 256 bucket.
+HOPPER_BACKWARD_DIMS = [(64, 64), (128, 128), (40, 40), (64, 128), (128, 64), (96, 96), (120, 24),
+                        (192, 128), (184, 120), (144, 64), (256, 256), (136, 200), (256, 64), (160, 160)]
 
 
 @pytest.mark.parametrize("layout", ["dense", "packed"])
@@ -364,27 +367,7 @@ HOPPER_BACKWARD_DIMS = [(64, 64), (128, 128), (40, 40), (64, 128), (128, 64), (9
 @pytest.mark.parametrize("dims", HOPPER_BACKWARD_DIMS, ids=lambda d: f"K{d[0]}V{d[1]}")
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
 def test_hopper_backward(rng, dtype, dims, heads, feature, layout):
-    """Forward and backward forced onto the Hopper kernels (its dK/dV kernel inside the backward's passes)."""
-    if not hopper_built():
-        pytest.skip("the Hopper kernels are not built into this library (or this GPU is not sm_90)")
-    K, V = dims
-    HQ, H = heads
-    cu = [0, 0, 15, 100, 300, 700] if layout == "packed" else None
-    B, T = (1, cu[-1]) if cu else (2, 300)
-    check_attention(rng, dtype, B, T, HQ, H, K, V, cu=cu, backend="hopper", **FEATURES[feature])
-
-
-# The 192 / 128 bucket (gate and sink cases run in the 256 one), padded inside it, and the 256 bucket.
-HOPPER_WIDE_DIMS = [(192, 128), (184, 120), (144, 64), (256, 256), (136, 200), (256, 64), (160, 160)]
-
-
-@pytest.mark.parametrize("layout", ["dense", "packed"])
-@pytest.mark.parametrize("feature", ["none", "w0", "w1", "w64", "w65", "gate", "sink", "gate+window+sink"])
-@pytest.mark.parametrize("heads", [(8, 2), (4, 4)], ids=["gqa", "mha"])
-@pytest.mark.parametrize("dims", HOPPER_WIDE_DIMS, ids=lambda d: f"K{d[0]}V{d[1]}")
-@pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
-def test_hopper_wide_backward(rng, dtype, dims, heads, feature, layout):
-    """The Hopper backward's wide kernel (head dims above 128)."""
+    """Forward and backward forced onto the Hopper kernels (its dK/dV kernels inside the backward's passes)."""
     if not hopper_built():
         pytest.skip("the Hopper kernels are not built into this library (or this GPU is not sm_90)")
     K, V = dims
