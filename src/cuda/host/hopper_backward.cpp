@@ -48,7 +48,7 @@ std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::Backw
   const cuda::AttentionParams& a = p.a;
   if (dev.major != 9) return "needs an sm_90 GPU";
   if (a.dtype != cuda::ElementType::f16 && a.dtype != cuda::ElementType::bf16) return "takes fp16 and bf16 only";
-  if (p.exact_D) return "takes head dims above 16 (smaller ones need the exact-D pre-pass)";
+  if (p.K16 == 16) return "takes head dims K above 16";
   if (a.K > 256 || a.V > 256) return "takes head dims K and V up to 256 so far";
   if (a.K % 8 != 0 || a.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (a.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
