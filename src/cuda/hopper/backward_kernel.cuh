@@ -106,11 +106,19 @@ __device__ __forceinline__ int* dq_turn_counter(const bwd::BackwardParams& p, co
                                                 int rows) {
   return p.dq_order + bwd::dq_order_index(p.a, w.seq.batch, h, w.seq_index, w.seq.start, i0, rows);
 }
-// Every lane loads and lane 0's value decides, so that the loop stays warp-uniform (a divergent one makes ptxas
-// serialise the kernel's wgmmas).
-__device__ __forceinline__ void wait_dq_turn(const int* counter, int turn) {
+// The adds counted so far (relaxed). Read a step ahead of the wait, its round trip to L2 hides under the step's MMAs.
+__device__ __forceinline__ int peek_dq_turns(const int* counter) {
   ::cuda::atomic_ref<const int, ::cuda::thread_scope_device> count(*counter);
-  while (__shfl_sync(0xffffffffu, count.load(::cuda::memory_order_relaxed), 0) < turn) __nanosleep(64);
+  return count.load(::cuda::memory_order_relaxed);
+}
+// Waits for `turn` adds, polling only while `seen` (what peek_dq_turns read earlier) is short of it. Every lane
+// loads and lane 0's value decides, so that the loop stays warp-uniform (a divergent one makes ptxas serialise the
+// kernel's wgmmas).
+__device__ __forceinline__ void wait_dq_turn(const int* counter, int turn, int seen) {
+  while (__shfl_sync(0xffffffffu, seen, 0) < turn) {
+    __nanosleep(64);
+    seen = peek_dq_turns(counter);
+  }
   ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);  // once, not per poll
 }
 // Counts a warp's adds. Every lane's adds are performed before the count says so (a release fence: lighter than
@@ -429,8 +437,8 @@ class Consumer {
 
   // Deterministic mode (p.dq_order, dq_turn_counter): this CTA's turn at the step's dQ rows.
   __device__ __forceinline__ int* order_counter(int64_t h, int i0) const { return dq_turn_counter(p_, w_, h, i0, BM); }
-  __device__ __forceinline__ void wait_turn(const int* counter, int i0) const {
-    wait_dq_turn(counter, 8 * (i0 / BN - w_.j0 / BN));
+  __device__ __forceinline__ void wait_turn(const int* counter, int i0, int seen) const {
+    wait_dq_turn(counter, 8 * (i0 / BN - w_.j0 / BN), seen);
   }
 
   __device__ __forceinline__ void hold_kv() {
@@ -522,8 +530,9 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     }
     ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
     float2 key_term = c.key_terms(w.hk * p.b.a.group);
-    // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it.
-    const auto finish_step = [&](int it) {
+    // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it (seen:
+    // deterministic mode's count at its rows, read at the start of step it + 1).
+    const auto finish_step = [&](int it, int seen) {
       const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
       const uint32_t n = step + it;
       const int b = Buffers::DsRing::stage(n);
@@ -536,16 +545,25 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       if (p.b.dq_order) {
         if (counted) bwd_detail::end_dq_turn(counted);
         counted = c.order_counter(st.h, st.i0);
-        c.wait_turn(counted, st.i0);
+        c.wait_turn(counted, st.i0, seen);
       }
       if constexpr (kRowSums) c.add_sums(buf.sums(b), st.h, st.i0);
       ptx::barrier_arrive(buf.ds_empty(b));
       c.add_dq(dq, st.h, st.i0);
     };
+    // Deterministic mode: the count at a step's dQ rows, read one step before finish_step waits on it (D64 with
+    // the row sums has no register to keep it in: it reads when it waits).
+    constexpr bool kPeekEarly = !(kD == 64 && kRowSums);
+    const auto peek_turns = [&](int it) {
+      if (!p.b.dq_order) return 0;
+      const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
+      return bwd_detail::peek_dq_turns(c.order_counter(st.h, st.i0));
+    };
     for (int it = 0; it < w.steps; ++it) {
       const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
       const uint32_t n = step + it;
       const int s = buf.stage(n), b = Buffers::DsRing::stage(n);
+      const int seen = kPeekEarly && it > 0 ? peek_turns(it - 1) : -1;
       ptx::barrier_wait(buf.q_full(s), buf.parity(n));
       ptx::barrier_wait(buf.t_full(s), buf.parity(n));  // not between issue and wait: a loop there serialises wgmma
       float sc[Tile::BM / 2], dp[Tile::BM / 2];
@@ -568,7 +586,8 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       ptx::wgmma_fence();
       c.issue_kv(pt, dst, buf, s);
       if (it > 0) {
-        finish_step(it - 1);  // its wgmma wait covers dK and dV of step it too
+        // Its wgmma wait covers dK and dV of step it too.
+        finish_step(it - 1, kPeekEarly ? seen : peek_turns(it - 1));
       } else {
         ptx::wgmma_wait<0>();
         c.hold_kv();
@@ -581,7 +600,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         }
       }
     }
-    finish_step(w.steps - 1);
+    finish_step(w.steps - 1, peek_turns(w.steps - 1));
     Buffers::KvRing::release(buf.kv_empty());  // the producer loads the next item's K and V under the stores
     if (counted) bwd_detail::end_dq_turn(counted);
     c.store();

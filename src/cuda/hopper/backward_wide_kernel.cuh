@@ -377,9 +377,13 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
   if (w.steps > 0) c.load_key_terms(w.hk * p.b.a.group, buf.key_terms());
   T* const pt = buf.template pds<T>(0);
   T* const dst = buf.template pds<T>(1);
+  int* counted = nullptr;  // deterministic mode: the dQ row block whose adds this warp has yet to count
   for (int it = 0; it < w.steps; ++it) {
     const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
     const int s = buf.stage(it);
+    // Deterministic mode: the step's count read now, its round trip under the step's MMAs.
+    int* const counter = p.b.dq_order ? bwd_detail::dq_turn_counter(p.b, w, st.h, st.i0, Tile::BM) : nullptr;
+    const int seen = counter ? bwd_detail::peek_dq_turns(counter) : 0;
     ptx::barrier_wait(buf.q_full(s), buf.parity(it));
     ptx::barrier_wait(buf.t_full(s), buf.parity(it));  // not between issue and wait: a loop there serialises wgmma
     float sc[Tile::BN / 4], dp[Tile::BN / 4];
@@ -408,16 +412,19 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     c.hold_kv();
     ptx::wgmma_hold(dq);
     buf.release_q(s);
-    int* counter = p.b.dq_order ? bwd_detail::dq_turn_counter(p.b, w, st.h, st.i0, Tile::BM) : nullptr;
-    if (counter) bwd_detail::wait_dq_turn(counter, 8 * (st.i0 / Tile::BN - w.j0 / Tile::BN));
+    if (counter) {  // the last step's adds counted one step late, so that the release fence finds them done
+      if (counted) bwd_detail::end_dq_turn(counted);
+      counted = counter;
+      bwd_detail::wait_dq_turn(counter, 8 * (st.i0 / Tile::BN - w.j0 / Tile::BN), seen);
+    }
     c.add_sums(buf.sums(it % 2), st.h, st.i0);
     c.add_dq(dq, st.h, st.i0);
-    if (counter) bwd_detail::end_dq_turn(counter);
     if (kRowSums && (it + 1) % w.tiles_per_head == 0) {  // the head's last step
       c.store_colsum(st.h, buf.colsums());
       if (it + 1 < w.steps) c.load_key_terms(st.h + 1, buf.key_terms());
     }
   }
+  if (counted) bwd_detail::end_dq_turn(counted);
   // Keys no query row sees (window 0) still get their zero column sums.
   if (kRowSums && w.steps == 0)
     for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h, buf.colsums());
