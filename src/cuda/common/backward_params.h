@@ -32,6 +32,9 @@ struct BackwardParams {
   float* dk_part = nullptr; // [head_parts][B][H][T][K16] scaled dk partials (head_parts > 1)
   float* dv_part = nullptr; // [head_parts][B][H][T][V16]
   int head_parts = 1;       // the G query heads of a kv head split over this many CTAs (divides G)
+  // Hopper dK/dV kernels: their items take the kv heads in groups of this many, each group's key tiles heaviest
+  // first, so that the query rows a group's tiles walk (q, dO, dQ) stay in L2 while they do.
+  int kv_heads_together = 1;
 
   // The key-major kernel's variant with E/mass row sums and the gate's terms (dkdv_kernel kRowSums); the
   // one without them is for neither a gate nor a sink.

@@ -56,7 +56,7 @@ struct KeyWork {
   bool valid = false;
 };
 
-// The CTA's k-th item (a key tile and kv head), or -1 past its last: the items in the schedule's order dealt out in
+// The CTA's k-th item (a key tile and kv head), or -1 past its last: the items in key_work's order dealt out in
 // rounds of gridDim.x that alternate direction, so that each CTA's share of heavy and light tiles evens out. A
 // CTA's items grow with k.
 __device__ __forceinline__ int64_t item_of(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t k) {
@@ -68,10 +68,15 @@ template <int BN, int BM>
 __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t item) {
   const AttentionParams& a = p.a;
   KeyWork w;
-  w.hk = item % a.H;
+  // Items in groups of kv_heads_together kv heads; inside a group the key tiles come heaviest first, the group's
+  // heads taking turns.
+  const int64_t together = p.kv_heads_together, per_group = together * keys.num_tiles;
+  const int64_t group = item / per_group, in_group = item - group * per_group;
+  const int64_t heads = a.H - group * together < together ? a.H - group * together : together;
+  w.hk = group * together + in_group % heads;
   // Deterministic mode adds dQ in descending key-tile order (Consumer::wait_turn), so its tiles come lightest
   // first: a tile only waits for tiles that come before it, which are done or under way.
-  const int64_t order = item / a.H;
+  const int64_t order = in_group / heads;
   const TileMapEntry te = key_tile_heaviest_first(keys, p.dq_order ? keys.num_tiles - 1 - order : order);
   if (te.seq < 0) return w;
   w.seq = sequence_span(a, te.seq);

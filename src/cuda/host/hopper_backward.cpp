@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "cuda/host/attention_params.h"
@@ -37,6 +38,14 @@ void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const c
   if (wide_192_128(dp.b)) launch_wide<T, 192, 128>(args, dp, keys, stream);
   else launch_wide<T, 256, 256>(args, dp, keys, stream);
 }
+
+// How many kv heads' items run together (BackwardParams::kv_heads_together): as many as keep the rows their tiles
+// walk (q and dO of every query head of the group, and dQ's fp32 accumulator) within half the L2, at least one.
+int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
+  const int64_t row_bytes = (p.a.K + p.a.V) * 2 + int64_t{p.K16} * 4;
+  const int64_t head_bytes = std::max<int64_t>(1, p.a.B * p.a.T * p.a.group * row_bytes);
+  return static_cast<int>(std::clamp<int64_t>(int64_t{dev.l2_bytes} / 2 / head_bytes, 1, p.a.H));
+}
 }  // namespace
 
 int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p) {
@@ -67,6 +76,7 @@ void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParam
   using cuda::hopper::DkdvTile;
   cuda::hopper::DkdvParams dp;
   dp.b = p;
+  dp.b.kv_heads_together = kv_heads_together(p, device_facts(args.q.device_index));
   const cuda::ElementType type = p.a.dtype;
   if (wide(p)) {
     if (type == cuda::ElementType::f16) launch_wide<__half>(args, dp, keys, stream);
