@@ -29,6 +29,7 @@ struct BackwardParams {
   float* colsum = nullptr;  // sum_i dS[i,t] per query head (gate)
   float* dq_acc = nullptr;  // fp32 dq / scale (MMA kernels: default mode; Hopper: both) in dq_acc_offset's layout
   int* dq_order = nullptr;  // Hopper deterministic mode: per dQ row block (dq_order_index), the adds made so far
+  unsigned* next_item = nullptr;  // Hopper: the persistent dK/dV kernel's item dispenser (starts at 0)
   float* dk_part = nullptr; // [head_parts][B][H][T][K16] scaled dk partials (head_parts > 1)
   float* dv_part = nullptr; // [head_parts][B][H][T][V16]
   int head_parts = 1;       // the G query heads of a kv head split over this many CTAs (divides G)

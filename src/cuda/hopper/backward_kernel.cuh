@@ -56,13 +56,10 @@ struct KeyWork {
   bool valid = false;
 };
 
-// The CTA's k-th item (a key tile and kv head), or -1 past its last: the items in key_work's order dealt out in
-// rounds of gridDim.x that alternate direction, so that each CTA's share of heavy and light tiles evens out. A
-// CTA's items grow with k.
-__device__ __forceinline__ int64_t item_of(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t k) {
-  const int64_t g = gridDim.x, i = k * g + ((k & 1) ? g - 1 - blockIdx.x : blockIdx.x);
-  return i < keys.num_tiles * p.a.H ? i : -1;
-}
+// The next item (a key tile and kv head, numbered in key_work's order) for a persistent CTA to take: CTAs take them
+// as they come free, so the heavy and light tiles even out whatever the order, and an item is only taken once every
+// item before it is (deterministic mode's waits go to earlier items only, so none can wait on an item no CTA holds).
+__device__ __forceinline__ uint32_t take_item(const bwd::BackwardParams& p) { return atomicAdd(p.next_item, 1u); }
 
 template <int BN, int BM>
 __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t item) {
@@ -145,11 +142,14 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
   // when both made their dQ blocks from it (one step later, so that the two consumers need not run in lockstep).
   // Every consumer thread arrives on both: its own shared-memory writes and reads are ordered by its arrival.
   using DsRing = Ring<2>;
-  using KvRing = Ring<1>;  // K and V of the CTA's n-th item with steps
+  // K and V of the CTA's n-th item and the item's number (`item`): kv_empty when the consumers are done with both
+  // and the term warp has read the number.
+  using KvRing = Ring<1>;
 
   unsigned char* base;
   uint64_t* bars;  // kv_full, kv_empty, then per stage q_full, q_empty, t_full, t_empty, then per buffer ds_full,
                    // ds_empty
+  int* item;       // the number of the item in the K / V stage, -1 once there is none
   static constexpr int kBarriers = 2 + 4 * kS + 2 * 2;
 
   template <class T>
@@ -183,7 +183,7 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
   __device__ __forceinline__ uint64_t* ds_empty(int b) const { return bars + 2 + 4 * kS + 2 + b; }
 
   __device__ __forceinline__ void init() const {
-    ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers);
+    ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers + 1);
     for (int s = 0; s < kS; ++s) {
       ptx::barrier_init(q_full(s), 1), ptx::barrier_init(q_empty(s), kReleasers);
       ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
@@ -482,8 +482,8 @@ class Consumer {
 
 }  // namespace bwd_detail
 
-// A persistent grid: each CTA walks its items (item_of: key tiles of 128 keys and kv heads, the tiles most query
-// rows see first); the next item's K and V load while the consumers store the last one's dK and dV.
+// A persistent grid: each CTA takes items (take_item: key tiles of 128 keys and kv heads) as it comes free; the next
+// item's K and V load while the consumers store the last one's dK and dV.
 template <class T, int kD, bool kRowSums>
 __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     dkdv_kernel(const __grid_constant__ DkdvParams p, const __grid_constant__ TileSchedule keys) {
@@ -492,26 +492,51 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   using Buffers = bwd_detail::Buffers<kD>;
   extern __shared__ unsigned char raw[];
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
-  const Buffers buf{{}, ptx::swizzle_aligned(raw), bars};
+  __shared__ int item_number;
+  const Buffers buf{{}, ptx::swizzle_aligned(raw), bars, &item_number};
   if (threadIdx.x == 0) buf.init();
   __syncthreads();
+  const int64_t items = keys.num_tiles * p.b.a.H;
 
-  // Nothing stays live across setmaxnreg (ptxas would spill it). Every role walks the same items; the rings count
-  // the CTA's items with steps (item_n) and its steps (step).
+  // Nothing stays live across setmaxnreg (ptxas would spill it). The producer lane takes the items and hands each
+  // one's number over with its K and V (kv_full, also for items without loads); the rings count the CTA's items
+  // (item_n) and its steps (step).
   if (threadIdx.x < 128) {
     ptx::setmaxnreg_dec<Tile::template kProducerRegs<kRowSums>>();
     const int warp = threadIdx.x / 32;
     const bool loads = warp == 0 && ptx::elect_one();
     if (!loads && warp != 1) return;
-    uint32_t item_n = 0, step = 0;
-    for (int64_t k = 0;; ++k) {
-      const int64_t item = bwd_detail::item_of(p.b, keys, k);
-      if (item < 0) break;
-      const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
-      if (!w.valid || w.steps == 0) continue;  // nobody would wait for its copies
-      if (loads) bwd_detail::produce<T>(p, buf, w, item_n, step);
-      else bwd_detail::stage_terms(p.b, buf, w, step);
-      ++item_n, step += w.steps;
+    uint32_t step = 0;
+    if (loads) {
+      uint32_t next = bwd_detail::take_item(p.b);
+      for (uint32_t item_n = 0;; ++item_n) {
+        Buffers::KvRing::wait_free(buf.kv_empty(), item_n);  // everyone is done with the last item and its number
+        const int item = next < items ? static_cast<int>(next) : -1;
+        *buf.item = item;
+        if (item < 0) {
+          ptx::barrier_arrive(buf.kv_full());
+          break;
+        }
+        next = bwd_detail::take_item(p.b);  // its round trip under this item's loads
+        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+        if (!w.valid || w.steps == 0) {
+          ptx::barrier_arrive(buf.kv_full());  // nothing to load: the number alone
+          continue;
+        }
+        bwd_detail::produce<T>(p, buf, w, item_n, step);
+        step += w.steps;
+      }
+    } else {
+      for (uint32_t item_n = 0;; ++item_n) {
+        ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
+        const int item = *static_cast<volatile int*>(buf.item);
+        Buffers::KvRing::release(buf.kv_empty());
+        if (item < 0) break;
+        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+        if (!w.valid || w.steps == 0) continue;
+        bwd_detail::stage_terms(p.b, buf, w, step);
+        step += w.steps;
+      }
     }
     return;
   }
@@ -519,21 +544,25 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   ptx::setmaxnreg_inc<Tile::template kConsumerRegs<kRowSums>>();
   const int me = ptx::warpgroup_index() - 1;
   using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
-  uint32_t item_n = 0, step = 0;
-  for (int64_t k = 0;; ++k) {
-    const int64_t item = bwd_detail::item_of(p.b, keys, k);
+  uint32_t step = 0;
+  for (uint32_t item_n = 0;; ++item_n) {
+    ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
+    const int item = *static_cast<volatile int*>(buf.item);
     if (item < 0) break;
     const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
-    if (!w.valid) continue;
+    if (!w.valid) {
+      Buffers::KvRing::release(buf.kv_empty());
+      continue;
+    }
     Consumer c(p.b, w, me);
     int* counted = nullptr;  // deterministic mode: the dQ row block whose adds this warp has yet to count
     if (w.steps == 0) {  // keys no query row sees (window 0): zero dK, dV and column sums
+      Buffers::KvRing::release(buf.kv_empty());
       if (kRowSums && p.b.a.has_gate)
         for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h);
       c.store();
       continue;
     }
-    ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
     float2 key_term = c.key_terms(w.hk * p.b.a.group);
     // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it (seen:
     // deterministic mode's count at its rows, read at the start of step it + 1).
@@ -609,7 +638,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     Buffers::KvRing::release(buf.kv_empty());  // the producer loads the next item's K and V under the stores
     if (counted) bwd_detail::end_dq_turn(counted);
     c.store();
-    ++item_n, step += w.steps;
+    step += w.steps;
   }
 #endif
 }
@@ -622,10 +651,7 @@ void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, int sms, CUstrea
   const auto kernel = p.b.needs_row_sums() ? dkdv_kernel<T, kD, true> : dkdv_kernel<T, kD, false>;
   FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(Tile::smem_bytes())));
-  // Deterministic mode's tiles wait for tiles that come before them in the schedule: those are sure to be running
-  // only when every item has a CTA of its own (CTAs start in index order); a persistent CTA could wait on an item
-  // dealt to a CTA that is not resident.
-  const unsigned grid = static_cast<unsigned>(p.b.dq_order || items < sms ? items : sms);
+  const unsigned grid = static_cast<unsigned>(items < sms ? items : sms);
   kernel<<<grid, Tile::kThreads, Tile::smem_bytes(), stream>>>(p, keys);
   FLASHGATE_CHECK_LAUNCH("hopper dkdv_kernel");
 }

@@ -193,6 +193,7 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
   if (!plan.mma) return m;
   if (dq_by_atomics(p, plan)) p.dq_acc = w.take<float>(dq_acc_floats(p));
   if (plan.hopper && p.deterministic) p.dq_order = w.take<int>(dq_order_counters(p));
+  if (plan.hopper) p.next_item = w.take<unsigned>(1);
   if (p.head_parts > 1) {
     const int64_t kv_rows = p.head_parts * p.a.B * p.a.H * p.a.T;
     p.dk_part = w.take<float>(kv_rows * p.K16);
@@ -305,6 +306,7 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
   zero_async(p.mass, rows, stream);
   zero_async(p.dq_acc, dq_acc_floats(p), stream);
   zero_async(p.dq_order, dq_order_counters(p), stream);
+  zero_async(p.next_item, 1, stream);
 
   if (plan.mma) {
     // The MMA loaders copy 16-byte chunks: unaligned inputs go through aligned copies first.
