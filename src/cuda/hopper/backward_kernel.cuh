@@ -496,7 +496,6 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   const Buffers buf{{}, ptx::swizzle_aligned(raw), bars, &item_number};
   if (threadIdx.x == 0) buf.init();
   __syncthreads();
-  const int64_t items = keys.num_tiles * p.b.a.H;
 
   // Nothing stays live across setmaxnreg (ptxas would spill it). The producer lane takes the items and hands each
   // one's number over with its K and V (kv_full, also for items without loads); the rings count the CTA's items
@@ -508,6 +507,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     if (!loads && warp != 1) return;
     uint32_t step = 0;
     if (loads) {
+      const int64_t items = keys.num_tiles * p.b.a.H;
       uint32_t next = bwd_detail::take_item(p.b);
       for (uint32_t item_n = 0;; ++item_n) {
         Buffers::KvRing::wait_free(buf.kv_empty(), item_n);  // everyone is done with the last item and its number
