@@ -79,4 +79,17 @@ FG_HOST_DEVICE int64_t dq_order_index(const AttentionParams& a, int64_t b, int64
   return (b * a.HQ + h) * dq_order_blocks(a, rows) + (a.packed ? start / rows + n : 0) + i / rows;
 }
 
+// The Hopper dK/dV kernels' item `item` (of num_key_tiles * H): its kv head and its place in the key tiles' order.
+// The kv heads come in groups of p.kv_heads_together; inside a group the key tiles come in order (heaviest first),
+// the group's heads taking turns at each tile.
+struct KeyItem {
+  int64_t hk, order;
+};
+FG_HOST_DEVICE KeyItem key_item(const BackwardParams& p, int64_t num_key_tiles, int64_t item) {
+  const int64_t together = p.kv_heads_together, per_group = together * num_key_tiles;
+  const int64_t group = item / per_group, in_group = item - group * per_group;
+  const int64_t heads = p.a.H - group * together < together ? p.a.H - group * together : together;
+  return {group * together + in_group % heads, in_group / heads};
+}
+
 }  // namespace flashgate::cuda::bwd

@@ -65,15 +65,11 @@ template <int BN, int BM>
 __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t item) {
   const AttentionParams& a = p.a;
   KeyWork w;
-  // Items in groups of kv_heads_together kv heads; inside a group the key tiles come heaviest first, the group's
-  // heads taking turns.
-  const int64_t together = p.kv_heads_together, per_group = together * keys.num_tiles;
-  const int64_t group = item / per_group, in_group = item - group * per_group;
-  const int64_t heads = a.H - group * together < together ? a.H - group * together : together;
-  w.hk = group * together + in_group % heads;
+  const bwd::KeyItem ki = bwd::key_item(p, keys.num_tiles, item);
+  w.hk = ki.hk;
   // Deterministic mode adds dQ in descending key-tile order (Consumer::wait_turn), so its tiles come lightest
   // first: a tile only waits for tiles that come before it, which are done or under way.
-  const int64_t order = in_group / heads;
+  const int64_t order = ki.order;
   const TileMapEntry te = key_tile_heaviest_first(keys, p.dq_order ? keys.num_tiles - 1 - order : order);
   if (te.seq < 0) return w;
   w.seq = sequence_span(a, te.seq);
