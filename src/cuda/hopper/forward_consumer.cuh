@@ -94,17 +94,6 @@ class Consumer {
   // Scores reach exp2 as fmaf(s, exp_scale, -max); with a gate (`gate`: the block's staged key terms) or a
   // non-positive scale they move into the exp2 domain first (portable/forward_kernel.cuh explains the split of
   // the gate term at g_ref).
-  // D64's softmax is bound by MUFU's exponentials (one per 256 FLOPs, the tensor cores' rate): every
-  // kFmaExpEvery-th group of 8 columns computes them on the FP32 pipe instead (ptx::exp2_fma). j is unrolled, so
-  // the choice costs nothing.
-  static constexpr int kFmaExpEvery = kK == 64 && kV == 64 ? 4 : 0;
-  __device__ __forceinline__ static float exp2_of_column(int j, float x) {
-    if constexpr (kFmaExpEvery > 0) {
-      if (j % kFmaExpEvery == 0) return ptx::exp2_fma(x);
-    }
-    return ptx::exp2_ftz(x);
-  }
-
   __device__ __forceinline__ float2 softmax(float (&s)[kS], int n0, bool masked, const float* gate) {
     const int g = lane_ / 4, c = lane_ % 4;
     if (prescaled()) {
@@ -142,8 +131,8 @@ class Consumer {
       for (int j = 0; j < BN / 8; ++j) {
         float& x0 = s[4 * j + 2 * half];
         float& x1 = s[4 * j + 2 * half + 1];
-        x0 = exp2_of_column(j, fmaf(x0, exp_scale, -off));
-        x1 = exp2_of_column(j, fmaf(x1, exp_scale, -off));
+        x0 = ptx::exp2_ftz(fmaf(x0, exp_scale, -off));
+        x1 = ptx::exp2_ftz(fmaf(x1, exp_scale, -off));
         rows_[half].sum += x0 + x1;
       }
     }
