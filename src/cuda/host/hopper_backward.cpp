@@ -41,7 +41,10 @@ void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const c
 
 // How many kv heads' items run together (BackwardParams::kv_heads_together): as many as keep the rows their tiles
 // walk (q and dO of every query head of the group, and dQ's fp32 accumulator) within half the L2, at least one.
+// Deterministic mode takes every head together: there a key tile's dQ adds wait for the tile before it, so tiles
+// of one head running side by side would wait on each other in a chain.
 int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
+  if (p.deterministic) return static_cast<int>(p.a.H);
   const int64_t row_bytes = (p.a.K + p.a.V) * 2 + int64_t{p.K16} * 4;
   const int64_t head_bytes = std::max<int64_t>(1, p.a.B * p.a.T * p.a.group * row_bytes);
   return static_cast<int>(std::clamp<int64_t>(int64_t{dev.l2_bytes} / 2 / head_bytes, 1, p.a.H));
