@@ -39,15 +39,17 @@ void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const c
   else launch_wide<T, 256, 256>(args, dp, keys, stream);
 }
 
-// How many kv heads' items run together (BackwardParams::kv_heads_together): as many as keep the rows their tiles
-// walk (q and dO of every query head of the group, and dQ's fp32 accumulator) within half the L2, at least one.
+// How many kv heads' items run together (BackwardParams::kv_heads_together): at least four, more while the rows their
+// tiles walk (q and dO of every query head of the group, and dQ's fp32 accumulator) fit half the L2. Every head at
+// once leaves those rows to DRAM (B8 T2048 D128: 244 against 273 TFLOP/s at four); fewer than four cost long
+// sequences (GQA 32/8 D128 T8192: 395 at one, 431 at four; docs/perf-notes.md).
 // Deterministic mode takes every head together: there a key tile's dQ adds wait for the tile before it, so tiles
 // of one head running side by side would wait on each other in a chain.
 int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
   if (p.deterministic) return static_cast<int>(p.a.H);
   const int64_t row_bytes = (p.a.K + p.a.V) * 2 + int64_t{p.K16} * 4;
   const int64_t head_bytes = std::max<int64_t>(1, p.a.B * p.a.T * p.a.group * row_bytes);
-  return static_cast<int>(std::clamp<int64_t>(int64_t{dev.l2_bytes} / 2 / head_bytes, 1, p.a.H));
+  return static_cast<int>(std::clamp<int64_t>(int64_t{dev.l2_bytes} / 2 / head_bytes, 4, std::max<int64_t>(4, p.a.H)));
 }
 }  // namespace
 
