@@ -504,16 +504,17 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     uint32_t step = 0;
     if (loads) {
       const int64_t items = keys.num_tiles * p.b.a.H;
-      uint32_t next = bwd_detail::take_item(p.b);
       for (uint32_t item_n = 0;; ++item_n) {
         Buffers::KvRing::wait_free(buf.kv_empty(), item_n);  // everyone is done with the last item and its number
-        const int item = next < items ? static_cast<int>(next) : -1;
+        // Taken only now that the CTA is free: an item taken ahead would sit behind the CTA's current one while
+        // other CTAs come free (and in deterministic mode, wait on it).
+        const uint32_t taken = bwd_detail::take_item(p.b);
+        const int item = taken < items ? static_cast<int>(taken) : -1;
         *buf.item = item;
         if (item < 0) {
           ptx::barrier_arrive(buf.kv_full());
           break;
         }
-        next = bwd_detail::take_item(p.b);  // its round trip under this item's loads
         const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
         if (!w.valid || w.steps == 0) {
           ptx::barrier_arrive(buf.kv_full());  // nothing to load: the number alone
