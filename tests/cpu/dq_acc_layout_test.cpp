@@ -3,7 +3,8 @@
 // each sequence's last 16-row group, has its own float inside the buffer, and a warp's m16n8 accumulator
 // fragment is 128 consecutive floats, lane l's four values at 4 l .. 4 l + 3 (what add_dq_fragment adds with
 // one 16-byte reduction per lane). Also the deterministic Hopper backward's order counters (dq_order_index):
-// one counter of its own per (head, sequence, row block) for both query tile heights. Fresh random lengths.
+// one counter of its own per (head, sequence, row block) for both query tile heights, and the Hopper dK/dV kernels'
+// item order (key_item). Fresh random lengths.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -22,6 +23,7 @@ using flashgate::cuda::bwd::dq_acc_rows_per_head;
 using flashgate::cuda::bwd::dq_order_blocks;
 using flashgate::cuda::bwd::dq_order_index;
 using flashgate::cuda::bwd::dq_row;
+using flashgate::cuda::bwd::key_item;
 
 struct Sequence {
   int64_t batch, start;
@@ -137,6 +139,36 @@ TEST(DqAccLayout, FragmentsAreConsecutive) {
       EXPECT_EQ(dq_acc_offset(row0, i0, col + 8, K16) - base, 128);
       EXPECT_EQ(dq_acc_offset(row0, i0 + 16, col, K16) - base, 16 * K16);
     }
+}
+
+// Every (kv head, key tile) pair is exactly one item; inside a group of kv_heads_together heads the tiles come in
+// order with the heads taking turns, and a group's items all come before the next group's.
+TEST(HopperKeyItems, EveryPairOnceGroupByGroup) {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < 200; ++trial) {
+    flashgate::cuda::bwd::BackwardParams p;
+    p.a.H = 1 + static_cast<int64_t>(rng() % 12);
+    p.kv_heads_together = 1 + static_cast<int>(rng() % p.a.H);
+    const int64_t tiles = 1 + static_cast<int64_t>(rng() % 40);
+    std::vector<uint8_t> seen(static_cast<size_t>(p.a.H * tiles), 0);
+    int64_t last_group = 0, last_order = -1;
+    for (int64_t item = 0; item < p.a.H * tiles; ++item) {
+      const auto ki = key_item(p, tiles, item);
+      const std::string at = "H " + std::to_string(p.a.H) + " together " + std::to_string(p.kv_heads_together) +
+                             " tiles " + std::to_string(tiles) + " item " + std::to_string(item);
+      ASSERT_GE(ki.hk, 0) << at;
+      ASSERT_LT(ki.hk, p.a.H) << at;
+      ASSERT_GE(ki.order, 0) << at;
+      ASSERT_LT(ki.order, tiles) << at;
+      ASSERT_EQ(seen[ki.hk * tiles + ki.order], 0) << at;
+      seen[ki.hk * tiles + ki.order] = 1;
+      const int64_t group = ki.hk / p.kv_heads_together;
+      ASSERT_GE(group, last_group) << at;
+      if (group != last_group) last_order = -1;
+      ASSERT_GE(ki.order, last_order) << at;  // tiles in order inside a group
+      last_group = group, last_order = ki.order;
+    }
+  }
 }
 
 }  // namespace

@@ -143,17 +143,18 @@ def paged(q, k_cache, v_cache, block_table, seq_lens_k, cu_seqlens_q, sink=None,
     return o
 
 
-def relative_rms(out, ref):
-    """SPEC 7 metric in float64 over the finite reference entries; inf when out has a NaN."""
+def relative_rms(out, ref, floor=0.0):
+    """SPEC 7 metric in float64 over the finite reference entries, the denominator floored at `floor`; inf when
+    out has a NaN."""
     out, ref = out.detach().double(), ref.detach().double()
     if torch.isnan(out).any():
         return float("inf")
     finite = torch.isfinite(ref)  # infinite entries (-inf lse of empty rows) are compared exactly elsewhere
     if not finite.any():
         return 0.0
-    num = (out - ref)[finite].pow(2).mean().sqrt()
-    den = ref[finite].pow(2).mean().sqrt()
-    return float(num / den) if den > 0 else float(num)
+    num = float((out - ref)[finite].pow(2).mean().sqrt())
+    den = max(float(ref[finite].pow(2).mean().sqrt()), floor)
+    return num / den if den > 0 else num
 
 
 def subnormal_slack(dtype, ref):
@@ -170,13 +171,13 @@ def subnormal_slack(dtype, ref):
     return float(2 * rounding.pow(2).mean().sqrt() / den) if den > 0 else 0.0
 
 
-def assert_close(name, out, ref, tol, seed=None):
-    """SPEC 7's relative RMS within `tol` (fp16 subnormals allowed for)."""
+def assert_close(name, out, ref, tol, seed=None, floor=0.0):
+    """SPEC 7's relative RMS within `tol` (denominator floored at `floor`, fp16 subnormals allowed for)."""
     assert tuple(out.shape) == tuple(ref.shape), f"{name}: shape {tuple(out.shape)} != {tuple(ref.shape)}"
     assert not torch.isnan(out).any(), f"{name}: NaN in output (seed {seed})"
     inf_ref = ~torch.isfinite(ref.detach())
     assert torch.equal(out.detach().double()[inf_ref], ref.detach().double()[inf_ref]), \
         f"{name}: infinite entries differ (seed {seed})"
-    err = relative_rms(out, ref)
+    err = relative_rms(out, ref, floor)
     slack = subnormal_slack(out.dtype, ref)
     assert err <= tol + slack, f"{name}: relative RMS {err:.3g} > {tol} + {slack:.3g} (fp16 subnormals) (seed {seed})"

@@ -29,9 +29,13 @@ struct BackwardParams {
   float* colsum = nullptr;  // sum_i dS[i,t] per query head (gate)
   float* dq_acc = nullptr;  // fp32 dq / scale (MMA kernels: default mode; Hopper: both) in dq_acc_offset's layout
   int* dq_order = nullptr;  // Hopper deterministic mode: per dQ row block (dq_order_index), the adds made so far
+  unsigned* next_item = nullptr;  // Hopper: the persistent dK/dV kernel's item dispenser (starts at 0)
   float* dk_part = nullptr; // [head_parts][B][H][T][K16] scaled dk partials (head_parts > 1)
   float* dv_part = nullptr; // [head_parts][B][H][T][V16]
   int head_parts = 1;       // the G query heads of a kv head split over this many CTAs (divides G)
+  // Hopper dK/dV kernels: their items take the kv heads in groups of this many, each group's key tiles heaviest
+  // first, so that the query rows a group's tiles walk (q, dO, dQ) stay in L2 while they do.
+  int kv_heads_together = 1;
 
   // The key-major kernel's variant with E/mass row sums and the gate's terms (dkdv_kernel kRowSums); the
   // one without them is for neither a gate nor a sink.
@@ -73,6 +77,19 @@ FG_HOST_DEVICE int64_t dq_order_blocks(const AttentionParams& a, int rows) {
 FG_HOST_DEVICE int64_t dq_order_index(const AttentionParams& a, int64_t b, int64_t h, int64_t n, int64_t start, int i,
                                       int rows) {
   return (b * a.HQ + h) * dq_order_blocks(a, rows) + (a.packed ? start / rows + n : 0) + i / rows;
+}
+
+// The Hopper dK/dV kernels' item `item` (of num_key_tiles * H): its kv head and its place in the key tiles' order.
+// The kv heads come in groups of p.kv_heads_together; inside a group the key tiles come in order (heaviest first),
+// the group's heads taking turns at each tile.
+struct KeyItem {
+  int64_t hk, order;
+};
+FG_HOST_DEVICE KeyItem key_item(const BackwardParams& p, int64_t num_key_tiles, int64_t item) {
+  const int64_t together = p.kv_heads_together, per_group = together * num_key_tiles;
+  const int64_t group = item / per_group, in_group = item - group * per_group;
+  const int64_t heads = p.a.H - group * together < together ? p.a.H - group * together : together;
+  return {group * together + in_group % heads, in_group / heads};
 }
 
 }  // namespace flashgate::cuda::bwd

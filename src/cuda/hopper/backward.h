@@ -75,10 +75,14 @@ struct DkdvWideTile {
   static constexpr uint32_t kSumBytes = 2 * 2 * 2 * BM * 4;  // E and mass partials of both consumers, two buffers
   static constexpr uint32_t kColsumBytes = 2 * 4 * 32 * 4;   // the gate's column-sum partials per consumer warp
   static constexpr uint32_t kKeyTermBytes = BN * 4;          // the gate's key terms of the current query head
-  static constexpr size_t smem_bytes() {
-    return kKBytes + kVBytes + kStages * (kQBytes + kDoBytes) + 2 * kPBytes + kStages * kTermBytes + kSumBytes +
-           kColsumBytes + kKeyTermBytes + 1024;
+  static constexpr size_t bytes_with(int pds_buffers) {
+    return kKBytes + kVBytes + kStages * (kQBytes + kDoBytes) + pds_buffers * 2 * kPBytes + kStages * kTermBytes +
+           kSumBytes + kColsumBytes + kKeyTermBytes + 1024;
   }
+  // P and dS in two buffers where shared memory allows (192 / 128): a step then writes the buffer that the step two
+  // back read, which the last step's barrier already waited for, and needs no barrier of its own for it.
+  static constexpr int kPdsBuffers = bytes_with(2) <= 227 * 1024 ? 2 : 1;
+  static constexpr size_t smem_bytes() { return bytes_with(kPdsBuffers); }
   static_assert((kK == 256 && kV == 256) || (kK == 192 && kV == 128), "head dims of the wide Hopper backward");
   static_assert(register_split_fits(3, kProducerRegs, kConsumerRegs), "register budget of the wide Hopper backward");
   static_assert(smem_bytes() <= 227 * 1024, "the wide Hopper backward's buffers exceed shared memory");

@@ -56,22 +56,20 @@ struct KeyWork {
   bool valid = false;
 };
 
-// The CTA's k-th item (a key tile and kv head), or -1 past its last: the items in the schedule's order dealt out in
-// rounds of gridDim.x that alternate direction, so that each CTA's share of heavy and light tiles evens out. A
-// CTA's items grow with k.
-__device__ __forceinline__ int64_t item_of(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t k) {
-  const int64_t g = gridDim.x, i = k * g + ((k & 1) ? g - 1 - blockIdx.x : blockIdx.x);
-  return i < keys.num_tiles * p.a.H ? i : -1;
-}
+// The next item (a key tile and kv head, numbered in key_work's order) for a persistent CTA to take: CTAs take them
+// as they come free, so the heavy and light tiles even out whatever the order, and an item is only taken once every
+// item before it is (deterministic mode's waits go to earlier items only, so none can wait on an item no CTA holds).
+__device__ __forceinline__ uint32_t take_item(const bwd::BackwardParams& p) { return atomicAdd(p.next_item, 1u); }
 
 template <int BN, int BM>
 __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t item) {
   const AttentionParams& a = p.a;
   KeyWork w;
-  w.hk = item % a.H;
+  const bwd::KeyItem ki = bwd::key_item(p, keys.num_tiles, item);
+  w.hk = ki.hk;
   // Deterministic mode adds dQ in descending key-tile order (Consumer::wait_turn), so its tiles come lightest
   // first: a tile only waits for tiles that come before it, which are done or under way.
-  const int64_t order = item / a.H;
+  const int64_t order = ki.order;
   const TileMapEntry te = key_tile_heaviest_first(keys, p.dq_order ? keys.num_tiles - 1 - order : order);
   if (te.seq < 0) return w;
   w.seq = sequence_span(a, te.seq);
@@ -106,11 +104,19 @@ __device__ __forceinline__ int* dq_turn_counter(const bwd::BackwardParams& p, co
                                                 int rows) {
   return p.dq_order + bwd::dq_order_index(p.a, w.seq.batch, h, w.seq_index, w.seq.start, i0, rows);
 }
-// Every lane loads and lane 0's value decides, so that the loop stays warp-uniform (a divergent one makes ptxas
-// serialise the kernel's wgmmas).
-__device__ __forceinline__ void wait_dq_turn(const int* counter, int turn) {
+// The adds counted so far (relaxed). Read a step ahead of the wait, its round trip to L2 hides under the step's MMAs.
+__device__ __forceinline__ int peek_dq_turns(const int* counter) {
   ::cuda::atomic_ref<const int, ::cuda::thread_scope_device> count(*counter);
-  while (__shfl_sync(0xffffffffu, count.load(::cuda::memory_order_relaxed), 0) < turn) __nanosleep(64);
+  return count.load(::cuda::memory_order_relaxed);
+}
+// Waits for `turn` adds, polling only while `seen` (what peek_dq_turns read earlier) is short of it. Every lane
+// loads and lane 0's value decides, so that the loop stays warp-uniform (a divergent one makes ptxas serialise the
+// kernel's wgmmas).
+__device__ __forceinline__ void wait_dq_turn(const int* counter, int turn, int seen) {
+  while (__shfl_sync(0xffffffffu, seen, 0) < turn) {
+    __nanosleep(64);
+    seen = peek_dq_turns(counter);
+  }
   ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);  // once, not per poll
 }
 // Counts a warp's adds. Every lane's adds are performed before the count says so (a release fence: lighter than
@@ -132,11 +138,14 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
   // when both made their dQ blocks from it (one step later, so that the two consumers need not run in lockstep).
   // Every consumer thread arrives on both: its own shared-memory writes and reads are ordered by its arrival.
   using DsRing = Ring<2>;
-  using KvRing = Ring<1>;  // K and V of the CTA's n-th item with steps
+  // K and V of the CTA's n-th item and the item's number (`item`): kv_empty when the consumers are done with both
+  // and the term warp has read the number.
+  using KvRing = Ring<1>;
 
   unsigned char* base;
   uint64_t* bars;  // kv_full, kv_empty, then per stage q_full, q_empty, t_full, t_empty, then per buffer ds_full,
                    // ds_empty
+  int* item;       // the number of the item in the K / V stage, -1 once there is none
   static constexpr int kBarriers = 2 + 4 * kS + 2 * 2;
 
   template <class T>
@@ -170,7 +179,7 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
   __device__ __forceinline__ uint64_t* ds_empty(int b) const { return bars + 2 + 4 * kS + 2 + b; }
 
   __device__ __forceinline__ void init() const {
-    ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers);
+    ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers + 1);
     for (int s = 0; s < kS; ++s) {
       ptx::barrier_init(q_full(s), 1), ptx::barrier_init(q_empty(s), kReleasers);
       ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
@@ -429,8 +438,8 @@ class Consumer {
 
   // Deterministic mode (p.dq_order, dq_turn_counter): this CTA's turn at the step's dQ rows.
   __device__ __forceinline__ int* order_counter(int64_t h, int i0) const { return dq_turn_counter(p_, w_, h, i0, BM); }
-  __device__ __forceinline__ void wait_turn(const int* counter, int i0) const {
-    wait_dq_turn(counter, 8 * (i0 / BN - w_.j0 / BN));
+  __device__ __forceinline__ void wait_turn(const int* counter, int i0, int seen) const {
+    wait_dq_turn(counter, 8 * (i0 / BN - w_.j0 / BN), seen);
   }
 
   __device__ __forceinline__ void hold_kv() {
@@ -469,8 +478,8 @@ class Consumer {
 
 }  // namespace bwd_detail
 
-// A persistent grid: each CTA walks its items (item_of: key tiles of 128 keys and kv heads, the tiles most query
-// rows see first); the next item's K and V load while the consumers store the last one's dK and dV.
+// A persistent grid: each CTA takes items (take_item: key tiles of 128 keys and kv heads) as it comes free; the next
+// item's K and V load while the consumers store the last one's dK and dV.
 template <class T, int kD, bool kRowSums>
 __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     dkdv_kernel(const __grid_constant__ DkdvParams p, const __grid_constant__ TileSchedule keys) {
@@ -479,26 +488,52 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   using Buffers = bwd_detail::Buffers<kD>;
   extern __shared__ unsigned char raw[];
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
-  const Buffers buf{{}, ptx::swizzle_aligned(raw), bars};
+  __shared__ int item_number;
+  const Buffers buf{{}, ptx::swizzle_aligned(raw), bars, &item_number};
   if (threadIdx.x == 0) buf.init();
   __syncthreads();
 
-  // Nothing stays live across setmaxnreg (ptxas would spill it). Every role walks the same items; the rings count
-  // the CTA's items with steps (item_n) and its steps (step).
+  // Nothing stays live across setmaxnreg (ptxas would spill it). The producer lane takes the items and hands each
+  // one's number over with its K and V (kv_full, also for items without loads); the rings count the CTA's items
+  // (item_n) and its steps (step).
   if (threadIdx.x < 128) {
     ptx::setmaxnreg_dec<Tile::template kProducerRegs<kRowSums>>();
     const int warp = threadIdx.x / 32;
     const bool loads = warp == 0 && ptx::elect_one();
     if (!loads && warp != 1) return;
-    uint32_t item_n = 0, step = 0;
-    for (int64_t k = 0;; ++k) {
-      const int64_t item = bwd_detail::item_of(p.b, keys, k);
-      if (item < 0) break;
-      const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
-      if (!w.valid || w.steps == 0) continue;  // nobody would wait for its copies
-      if (loads) bwd_detail::produce<T>(p, buf, w, item_n, step);
-      else bwd_detail::stage_terms(p.b, buf, w, step);
-      ++item_n, step += w.steps;
+    uint32_t step = 0;
+    if (loads) {
+      const int64_t items = keys.num_tiles * p.b.a.H;
+      for (uint32_t item_n = 0;; ++item_n) {
+        Buffers::KvRing::wait_free(buf.kv_empty(), item_n);  // everyone is done with the last item and its number
+        // Taken only now that the CTA is free: an item taken ahead would sit behind the CTA's current one while
+        // other CTAs come free (and in deterministic mode, wait on it).
+        const uint32_t taken = bwd_detail::take_item(p.b);
+        const int item = taken < items ? static_cast<int>(taken) : -1;
+        *buf.item = item;
+        if (item < 0) {
+          ptx::barrier_arrive(buf.kv_full());
+          break;
+        }
+        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+        if (!w.valid || w.steps == 0) {
+          ptx::barrier_arrive(buf.kv_full());  // nothing to load: the number alone
+          continue;
+        }
+        bwd_detail::produce<T>(p, buf, w, item_n, step);
+        step += w.steps;
+      }
+    } else {
+      for (uint32_t item_n = 0;; ++item_n) {
+        ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
+        const int item = *static_cast<volatile int*>(buf.item);
+        Buffers::KvRing::release(buf.kv_empty());
+        if (item < 0) break;
+        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+        if (!w.valid || w.steps == 0) continue;
+        bwd_detail::stage_terms(p.b, buf, w, step);
+        step += w.steps;
+      }
     }
     return;
   }
@@ -506,24 +541,29 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   ptx::setmaxnreg_inc<Tile::template kConsumerRegs<kRowSums>>();
   const int me = ptx::warpgroup_index() - 1;
   using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
-  uint32_t item_n = 0, step = 0;
-  for (int64_t k = 0;; ++k) {
-    const int64_t item = bwd_detail::item_of(p.b, keys, k);
+  uint32_t step = 0;
+  for (uint32_t item_n = 0;; ++item_n) {
+    ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
+    const int item = *static_cast<volatile int*>(buf.item);
     if (item < 0) break;
     const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
-    if (!w.valid) continue;
+    if (!w.valid) {
+      Buffers::KvRing::release(buf.kv_empty());
+      continue;
+    }
     Consumer c(p.b, w, me);
     int* counted = nullptr;  // deterministic mode: the dQ row block whose adds this warp has yet to count
     if (w.steps == 0) {  // keys no query row sees (window 0): zero dK, dV and column sums
+      Buffers::KvRing::release(buf.kv_empty());
       if (kRowSums && p.b.a.has_gate)
         for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h);
       c.store();
       continue;
     }
-    ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
     float2 key_term = c.key_terms(w.hk * p.b.a.group);
-    // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it.
-    const auto finish_step = [&](int it) {
+    // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it (seen:
+    // deterministic mode's count at its rows, read at the start of step it + 1).
+    const auto finish_step = [&](int it, int seen) {
       const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
       const uint32_t n = step + it;
       const int b = Buffers::DsRing::stage(n);
@@ -536,16 +576,25 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       if (p.b.dq_order) {
         if (counted) bwd_detail::end_dq_turn(counted);
         counted = c.order_counter(st.h, st.i0);
-        c.wait_turn(counted, st.i0);
+        c.wait_turn(counted, st.i0, seen);
       }
       if constexpr (kRowSums) c.add_sums(buf.sums(b), st.h, st.i0);
       ptx::barrier_arrive(buf.ds_empty(b));
       c.add_dq(dq, st.h, st.i0);
     };
+    // Deterministic mode: the count at a step's dQ rows, read one step before finish_step waits on it (D64 with
+    // the row sums has no register to keep it in: it reads when it waits).
+    constexpr bool kPeekEarly = !(kD == 64 && kRowSums);
+    const auto peek_turns = [&](int it) {
+      if (!p.b.dq_order) return 0;
+      const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
+      return bwd_detail::peek_dq_turns(c.order_counter(st.h, st.i0));
+    };
     for (int it = 0; it < w.steps; ++it) {
       const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
       const uint32_t n = step + it;
       const int s = buf.stage(n), b = Buffers::DsRing::stage(n);
+      const int seen = kPeekEarly && it > 0 ? peek_turns(it - 1) : -1;
       ptx::barrier_wait(buf.q_full(s), buf.parity(n));
       ptx::barrier_wait(buf.t_full(s), buf.parity(n));  // not between issue and wait: a loop there serialises wgmma
       float sc[Tile::BM / 2], dp[Tile::BM / 2];
@@ -568,7 +617,8 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       ptx::wgmma_fence();
       c.issue_kv(pt, dst, buf, s);
       if (it > 0) {
-        finish_step(it - 1);  // its wgmma wait covers dK and dV of step it too
+        // Its wgmma wait covers dK and dV of step it too.
+        finish_step(it - 1, kPeekEarly ? seen : peek_turns(it - 1));
       } else {
         ptx::wgmma_wait<0>();
         c.hold_kv();
@@ -581,11 +631,11 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         }
       }
     }
-    finish_step(w.steps - 1);
+    finish_step(w.steps - 1, peek_turns(w.steps - 1));
     Buffers::KvRing::release(buf.kv_empty());  // the producer loads the next item's K and V under the stores
     if (counted) bwd_detail::end_dq_turn(counted);
     c.store();
-    ++item_n, step += w.steps;
+    step += w.steps;
   }
 #endif
 }
@@ -598,10 +648,7 @@ void launch_dkdv(const DkdvParams& p, const TileSchedule& keys, int sms, CUstrea
   const auto kernel = p.b.needs_row_sums() ? dkdv_kernel<T, kD, true> : dkdv_kernel<T, kD, false>;
   FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(Tile::smem_bytes())));
-  // Deterministic mode's tiles wait for tiles that come before them in the schedule: those are sure to be running
-  // only when every item has a CTA of its own (CTAs start in index order); a persistent CTA could wait on an item
-  // dealt to a CTA that is not resident.
-  const unsigned grid = static_cast<unsigned>(p.b.dq_order || items < sms ? items : sms);
+  const unsigned grid = static_cast<unsigned>(items < sms ? items : sms);
   kernel<<<grid, Tile::kThreads, Tile::smem_bytes(), stream>>>(p, keys);
   FLASHGATE_CHECK_LAUNCH("hopper dkdv_kernel");
 }

@@ -12,7 +12,7 @@
 // blocks 0-1.
 //
 // Shared memory: K [kK/64][64 keys][64], V [kV/64][64 keys][64]; per stage Q [kK/64][64 rows][64], dO [kV/64][64
-// rows][64]; P, dS [64 rows][64 keys]; the terms [stage][lse | D][64]; the row sums' partials [2][consumer][E |
+// rows][64]; P, dS [64 rows][64 keys] (per P / dS buffer); the terms [stage][lse | D][64]; the row sums' partials [2][consumer][E |
 // mass][64] and the column sums' [consumer][warp][32], the gate's key terms [64]. Every 64-column block 128-byte
 // swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts): P and dS serve as MN-major B operands of dV^T
 // and dK^T (rows: the K dimension, the queries) and dS as the K-major A operand of dQ (rows: M, the queries).
@@ -53,14 +53,16 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages> {
   }
   template <class T>
   __device__ __forceinline__ T* dout(int s) const { return q<T>(s) + Tile::kQBytes / 2; }
-  // P (which 0) or dS (which 1).
+  // P (which 0) or dS (which 1) of P / dS buffer `buffer`.
   template <class T>
-  __device__ __forceinline__ T* pds(int which) const {
-    return reinterpret_cast<T*>(base + Tile::kKBytes + Tile::kVBytes + kS * kStageBytes + which * Tile::kPBytes);
+  __device__ __forceinline__ T* pds(int which, int buffer) const {
+    return reinterpret_cast<T*>(base + Tile::kKBytes + Tile::kVBytes + kS * kStageBytes +
+                                (2 * buffer + which) * Tile::kPBytes);
   }
   // The row offsets r[BM] then D[BM] of stage s.
   __device__ __forceinline__ float* terms(int s) const {
-    return reinterpret_cast<float*>(base + Tile::kKBytes + Tile::kVBytes + kS * kStageBytes + 2 * Tile::kPBytes) +
+    return reinterpret_cast<float*>(base + Tile::kKBytes + Tile::kVBytes + kS * kStageBytes +
+                                    Tile::kPdsBuffers * 2 * Tile::kPBytes) +
            s * 2 * Tile::BM;
   }
   // The consumers' partial E and mass of step b's rows (two buffers by step parity), [consumer][E | mass][BM].
@@ -371,15 +373,17 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
   using Tile = DkdvWideTile<kK, kV>;
   using Consumer = bwd_wide::Consumer<T, kK, kV, kRowSums, kMe>;
   Consumer c(p.b, w, me);
-  // Named barriers of both consumers: 1 when both halves of P and dS are in, 4 when both are done with the last
-  // step's P and dS (2 + me: one consumer's column sums).
+  // Named barriers of both consumers: 1 when both halves of P and dS are in, 4 (one P / dS buffer) when both are done
+  // with the last step's P and dS (2 + me: one consumer's column sums).
   if (w.steps > 0) ptx::barrier_wait(buf.kv_full(), 0);
   if (w.steps > 0) c.load_key_terms(w.hk * p.b.a.group, buf.key_terms());
-  T* const pt = buf.template pds<T>(0);
-  T* const dst = buf.template pds<T>(1);
+  int* counted = nullptr;  // deterministic mode: the dQ row block whose adds this warp has yet to count
   for (int it = 0; it < w.steps; ++it) {
     const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
     const int s = buf.stage(it);
+    // Deterministic mode: the step's count read now, its round trip under the step's MMAs.
+    int* const counter = p.b.dq_order ? bwd_detail::dq_turn_counter(p.b, w, st.h, st.i0, Tile::BM) : nullptr;
+    const int seen = counter ? bwd_detail::peek_dq_turns(counter) : 0;
     ptx::barrier_wait(buf.q_full(s), buf.parity(it));
     ptx::barrier_wait(buf.t_full(s), buf.parity(it));  // not between issue and wait: a loop there serialises wgmma
     float sc[Tile::BN / 4], dp[Tile::BN / 4];
@@ -396,7 +400,10 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     // Sums buffer it % 2 was last read two steps ago, before its reader passed the barriers of the step between.
     c.gradients(sc, dp, buf.terms(s), buf.sums(it % 2));
     ptx::barrier_arrive(buf.t_empty(s));
-    ptx::named_barrier_sync(4, 256);  // both consumers' wgmmas of the last step are done
+    const int pb = it % Tile::kPdsBuffers;
+    T* const pt = buf.template pds<T>(0, pb);
+    T* const dst = buf.template pds<T>(1, pb);
+    if (Tile::kPdsBuffers == 1) ptx::named_barrier_sync(4, 256);  // both consumers' wgmmas of the last step are done
     c.store_tile(sc, pt);
     c.store_tile(dp, dst);
     ptx::named_barrier_sync(1, 256);  // both consumers' keys of P and dS (and their row sums) are in
@@ -408,16 +415,19 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     c.hold_kv();
     ptx::wgmma_hold(dq);
     buf.release_q(s);
-    int* counter = p.b.dq_order ? bwd_detail::dq_turn_counter(p.b, w, st.h, st.i0, Tile::BM) : nullptr;
-    if (counter) bwd_detail::wait_dq_turn(counter, 8 * (st.i0 / Tile::BN - w.j0 / Tile::BN));
+    if (counter) {  // the last step's adds counted one step late, so that the release fence finds them done
+      if (counted) bwd_detail::end_dq_turn(counted);
+      counted = counter;
+      bwd_detail::wait_dq_turn(counter, 8 * (st.i0 / Tile::BN - w.j0 / Tile::BN), seen);
+    }
     c.add_sums(buf.sums(it % 2), st.h, st.i0);
     c.add_dq(dq, st.h, st.i0);
-    if (counter) bwd_detail::end_dq_turn(counter);
     if (kRowSums && (it + 1) % w.tiles_per_head == 0) {  // the head's last step
       c.store_colsum(st.h, buf.colsums());
       if (it + 1 < w.steps) c.load_key_terms(st.h + 1, buf.key_terms());
     }
   }
+  if (counted) bwd_detail::end_dq_turn(counted);
   // Keys no query row sees (window 0) still get their zero column sums.
   if (kRowSums && w.steps == 0)
     for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h, buf.colsums());

@@ -55,6 +55,16 @@ class DeviceGuard {
 
 int round16(int64_t x) { return static_cast<int>((x + 15) / 16 * 16); }
 
+// Where every row sees at most this many keys (short sequences, narrow windows) D is the fp32 expectation sum_j P dP
+// (the exact-D pre-pass), not round(o)·do: one key can hold almost all of a row's mass there, dS = P (dP - D)
+// cancels to the size of o's rounding, and with few keys per row that error does not average out over the tensor
+// (SPEC §7's tiny and window-1 cases). The pass adds a query-major sweep of S and dP (about 30% of such a
+// backward); rows that see more keys never take it.
+constexpr int64_t kExactDKeys = 64;
+bool rows_see_few_keys(const detail::AttentionProblem& prob) {
+  return prob.T <= kExactDKeys || (prob.window != detail::kNoWindow && prob.window <= kExactDKeys);
+}
+
 BackwardParams make_params(const BackwardArgs& args, const detail::AttentionProblem& prob) {
   BackwardParams p;
   p.a = cuda::make_attention_params(args.q, args.k, args.v, args.g, args.sink, args.cu_seqlens, prob);
@@ -76,7 +86,7 @@ BackwardParams make_params(const BackwardArgs& args, const detail::AttentionProb
   p.V16 = round16(prob.V);
   p.deterministic = args.deterministic;
   p.need_E = prob.has_gate || prob.has_sink;
-  p.exact_D = p.K16 == 16;
+  p.exact_D = p.K16 == 16 || rows_see_few_keys(prob);
   return p;
 }
 
@@ -183,6 +193,7 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
   if (!plan.mma) return m;
   if (dq_by_atomics(p, plan)) p.dq_acc = w.take<float>(dq_acc_floats(p));
   if (plan.hopper && p.deterministic) p.dq_order = w.take<int>(dq_order_counters(p));
+  if (plan.hopper) p.next_item = w.take<unsigned>(1);
   if (p.head_parts > 1) {
     const int64_t kv_rows = p.head_parts * p.a.B * p.a.H * p.a.T;
     p.dk_part = w.take<float>(kv_rows * p.K16);
@@ -207,13 +218,18 @@ void launch_dkdv(const BackwardParams& p, const Plan& plan, const TileSchedule& 
     cuda::bwd::launch_dkdv_mma<T, kD, false>(p, keys, plan.slices_kv, plan.stages_kv, stream);
 }
 
-// One bucket's kernels in order: exact_D's pre-pass (D = sum_j P dP, one slice), the dq kernel
-// (deterministic mode), the dK/dV kernel.
+// One bucket's kernels in order: exact_D's pre-pass (D = sum_j P dP, one slice), then the Hopper dK/dV kernel
+// (which adds dQ itself in both modes), or the dq kernel (deterministic mode) and the portable dK/dV kernel.
 template <class T, int kD>
-void launch_bucket(const BackwardParams& p, const Plan& plan, const TileSchedule& keys, const TileSchedule& queries,
-                   cudaStream_t stream) {
+void launch_bucket(const BackwardArgs& args, const BackwardParams& p, const Plan& plan, const TileSchedule& keys,
+                   const TileSchedule& queries, cudaStream_t stream) {
   using namespace cuda::bwd;
   if (p.exact_D) launch_dq_mma<T, kD>(p, queries, 1, plan.stages_q, /*d_only=*/true, stream);
+#if defined(FLASHGATE_WITH_HOPPER)
+  if (plan.hopper) return launch_hopper_dkdv(args, p, keys, stream);
+#else
+  (void)args;
+#endif
   if (p.deterministic) launch_dq_mma<T, kD>(p, queries, plan.slices_q, plan.stages_q, /*d_only=*/false, stream);
   launch_dkdv<T, kD>(p, plan, keys, stream);
 }
@@ -221,16 +237,11 @@ void launch_bucket(const BackwardParams& p, const Plan& plan, const TileSchedule
 template <class T>
 void launch_mma_kernels(const BackwardArgs& args, const BackwardParams& p, const Plan& plan, const TileSchedule& keys,
                         const TileSchedule& queries, cudaStream_t stream) {
-#if defined(FLASHGATE_WITH_HOPPER)
-  if (plan.hopper) return launch_hopper_dkdv(args, p, keys, stream);
-#else
-  (void)args;
-#endif
   switch (plan.bucket) {
-    case 64: return launch_bucket<T, 64>(p, plan, keys, queries, stream);
-    case 128: return launch_bucket<T, 128>(p, plan, keys, queries, stream);
-    case 256: return launch_bucket<T, 256>(p, plan, keys, queries, stream);
-    default: return launch_bucket<T, 512>(p, plan, keys, queries, stream);
+    case 64: return launch_bucket<T, 64>(args, p, plan, keys, queries, stream);
+    case 128: return launch_bucket<T, 128>(args, p, plan, keys, queries, stream);
+    case 256: return launch_bucket<T, 256>(args, p, plan, keys, queries, stream);
+    default: return launch_bucket<T, 512>(args, p, plan, keys, queries, stream);
   }
 }
 
@@ -295,6 +306,7 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
   zero_async(p.mass, rows, stream);
   zero_async(p.dq_acc, dq_acc_floats(p), stream);
   zero_async(p.dq_order, dq_order_counters(p), stream);
+  zero_async(p.next_item, 1, stream);
 
   if (plan.mma) {
     // The MMA loaders copy 16-byte chunks: unaligned inputs go through aligned copies first.

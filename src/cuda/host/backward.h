@@ -27,12 +27,12 @@
 //                                of dGc, dsink = -sum_i exp(sink - lse_i) E_i.
 //
 // Numerics: fp32 accumulation everywhere; P and dS are rounded to the input dtype only as MMA operands.
-// dS = P (dP - D) uses D = o·do from the stored output (FlashAttention's way), except for K <= 16
-// (BackwardParams::exact_D): there dq and dk are sums that cancel (one to a few columns), and the rounding of
-// the stored o (not averaged over many value dims at small V) moved them past SPEC §7's 0.005 for 8.5% of
-// seeds at K1 V1 bf16 (200 runs; a model with exact D stays under 0.0026). Those take D = sum_j P
-// dP, the same fp32 expectation as E, from a query-major pre-pass (the dq kernel with d_only). The sink
-// gradient uses the fp32 expectation E_i = sum_j P dP accumulated while P and dP are recomputed, never
+// dS = P (dP - D) uses D = o·do from the stored output (FlashAttention's way), except for K <= 16 and where every
+// row sees at most 64 keys (BackwardParams::exact_D; docs/decisions.md): there one key can hold a row's mass, dS
+// cancels to the size of o's rounding, and too few rows or columns average it out (K1 V1 bf16 missed SPEC §7 for 8.5%
+// of seeds). Those take D = sum_j P dP / sum_j P (with the sink's share in the mass) from a query-major pre-pass
+// (the dq kernel with d_only): normalised by the same recomputed P, a row whose mass sits on one key gets dS ~ 0.
+// The sink gradient uses the fp32 expectation E_i = sum_j P dP accumulated while P and dP are recomputed, never
 // round(o)·do (SPEC §4).
 // The gate's dGc[t] = sum_j dS[t,j] - sum_i dS[i,t]: the key side is a column sum of the fp32 dS (per
 // query head) in the key-major kernel; the query side is E_t - D_t mass_t with mass_t = sum_j P[t,j]

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "cuda/host/attention_params.h"
@@ -37,6 +38,19 @@ void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const c
   if (wide_192_128(dp.b)) launch_wide<T, 192, 128>(args, dp, keys, stream);
   else launch_wide<T, 256, 256>(args, dp, keys, stream);
 }
+
+// How many kv heads' items run together (BackwardParams::kv_heads_together): at least four, more while the rows their
+// tiles walk (q and dO of every query head of the group, and dQ's fp32 accumulator) fit half the L2. Every head at
+// once leaves those rows to DRAM (B8 T2048 D128: 244 against 273 TFLOP/s at four); fewer than four cost long
+// sequences (GQA 32/8 D128 T8192: 395 at one, 431 at four; docs/perf-notes.md).
+// Deterministic mode takes every head together: there a key tile's dQ adds wait for the tile before it, so tiles
+// of one head running side by side would wait on each other in a chain.
+int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
+  if (p.deterministic) return static_cast<int>(p.a.H);
+  const int64_t row_bytes = (p.a.K + p.a.V) * 2 + int64_t{p.K16} * 4;
+  const int64_t head_bytes = std::max<int64_t>(1, p.a.B * p.a.T * p.a.group * row_bytes);
+  return static_cast<int>(std::clamp<int64_t>(int64_t{dev.l2_bytes} / 2 / head_bytes, 4, std::max<int64_t>(4, p.a.H)));
+}
 }  // namespace
 
 int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p) {
@@ -48,7 +62,7 @@ std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::Backw
   const cuda::AttentionParams& a = p.a;
   if (dev.major != 9) return "needs an sm_90 GPU";
   if (a.dtype != cuda::ElementType::f16 && a.dtype != cuda::ElementType::bf16) return "takes fp16 and bf16 only";
-  if (p.exact_D) return "takes head dims above 16 (smaller ones need the exact-D pre-pass)";
+  if (p.K16 == 16) return "takes head dims K above 16";
   if (a.K > 256 || a.V > 256) return "takes head dims K and V up to 256 so far";
   if (a.K % 8 != 0 || a.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (a.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
@@ -67,6 +81,7 @@ void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParam
   using cuda::hopper::DkdvTile;
   cuda::hopper::DkdvParams dp;
   dp.b = p;
+  dp.b.kv_heads_together = kv_heads_together(p, device_facts(args.q.device_index));
   const cuda::ElementType type = p.a.dtype;
   if (wide(p)) {
     if (type == cuda::ElementType::f16) launch_wide<__half>(args, dp, keys, stream);

@@ -121,9 +121,13 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
   ptx::cp_async_wait<0>();  // Q/dO copies are still in flight when the rows see no key
 
   if ((p.need_E || d_only) && slice == 0) {
-    // E (and the mass) over the row's quad, then over the SN warps of a row block, in a fixed order; d_only
-    // puts E into D.
-    for (int pass = 0; pass < (a.has_gate && !d_only ? 2 : 1); ++pass) {
+    // E (and the mass) over the row's quad, then over the SN warps of a row block, in a fixed order. d_only puts
+    // D = E / (mass + the sink's share) into p.D: normalised by this pass's own P, a row whose mass sits on one
+    // key gets D = dP of that key to rounding, so dS = P (dP - D) cancels to ~0 as it should (a small mismatch
+    // between the forward's lse and the recomputed scores would otherwise stay in dS as (1 - P) dP).
+    float row_e = 0.f;  // d_only: row tid's E while its mass is summed (kBr <= kMmaThreads)
+    static_assert(kBr <= kMmaThreads, "one row per thread in the row-sum pass");
+    for (int pass = 0; pass < (a.has_gate || d_only ? 2 : 1); ++pass) {
       __syncthreads();  // sRed is free
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
@@ -131,11 +135,19 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
         if (c == 0) sRed[sn * kBr + s_m0 + g + 8 * hi] = sum;
       }
       __syncthreads();
-      float* out = pass == 0 ? (d_only ? p.D : p.E) : p.mass;
-      for (int r = tid; r < kBr; r += kMmaThreads) {
-        float v = 0.f;
-        for (int w = 0; w < SN; ++w) v += sRed[w * kBr + r];
-        if (i0 + r < len) out[base + i0 + r] = v;
+      const int r = tid;
+      if (r >= kBr) continue;
+      float v = 0.f;
+      for (int w = 0; w < SN; ++w) v += sRed[w * kBr + r];
+      if (i0 + r >= len) continue;
+      if (!d_only) {
+        (pass == 0 ? p.E : p.mass)[base + i0 + r] = v;
+      } else if (pass == 0) {
+        row_e = v;
+      } else {
+        const float lse = p.lse[base + i0 + r];
+        const float mass = v + (a.has_sink && lse != -INFINITY ? expf(a.sink[h] - lse) : 0.f);
+        p.D[base + i0 + r] = mass > 0.f ? row_e / mass : 0.f;
       }
     }
   }

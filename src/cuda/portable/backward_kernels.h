@@ -20,7 +20,7 @@ void launch_simt_backward(const BackwardParams& p, cudaStream_t stream);
 template <class T, int kD, bool kRowSums>
 void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slices, int stages,
                      cudaStream_t stream);
-// d_only: the dq kernel only sums E = sum_j P dP per row into p.D (BackwardParams::exact_D's pre-pass).
+// d_only: the dq kernel only sums D = sum_j P dP / sum_j P per row into p.D (BackwardParams::exact_D's pre-pass).
 template <class T, int kD>
 void launch_dq_mma(const BackwardParams& p, const TileSchedule& queries, int slices, int stages, bool d_only,
                    cudaStream_t stream);
