@@ -30,6 +30,27 @@ struct Sequence {
   int len;
 };
 
+// One sequence of a.T tokens per batch entry.
+std::vector<Sequence> dense_sequences(const AttentionParams& a) {
+  std::vector<Sequence> seqs;
+  for (int64_t b = 0; b < a.B; ++b) seqs.push_back({b, 0, static_cast<int>(a.T)});
+  return seqs;
+}
+
+// 1..max_segments packed segments of up to max_len tokens, a quarter of them empty; sets a.T and a.num_seqs.
+std::vector<Sequence> packed_sequences(std::mt19937_64& rng, AttentionParams& a, int max_segments, int max_len) {
+  std::vector<Sequence> seqs;
+  int64_t t = 0;
+  const int n = 1 + static_cast<int>(rng() % max_segments);
+  for (int i = 0; i < n; ++i) {
+    const int len = rng() % 4 == 0 ? 0 : 1 + static_cast<int>(rng() % max_len);
+    seqs.push_back({0, t, len});
+    t += len;
+  }
+  a.T = t, a.num_seqs = n;
+  return seqs;
+}
+
 // Marks every float that the (padded) rows of every sequence and head map to; fails on a collision or an
 // index outside the buffer.
 void check_distinct(const AttentionParams& a, const std::vector<Sequence>& seqs, int K16) {
@@ -58,9 +79,7 @@ TEST(DqAccLayout, DenseRowsAreDistinct) {
   AttentionParams a;
   a.B = 3, a.HQ = 2, a.T = 1 + static_cast<int64_t>(rng() % 100), a.num_seqs = a.B;
   SCOPED_TRACE("seed " + std::to_string(seed) + ", T " + std::to_string(a.T));
-  std::vector<Sequence> seqs;
-  for (int64_t b = 0; b < a.B; ++b) seqs.push_back({b, 0, static_cast<int>(a.T)});
-  check_distinct(a, seqs, 48);
+  check_distinct(a, dense_sequences(a), 48);
 }
 
 TEST(DqAccLayout, PackedRowsAreDistinctAndGroupsStayClear) {
@@ -68,16 +87,9 @@ TEST(DqAccLayout, PackedRowsAreDistinctAndGroupsStayClear) {
   std::mt19937_64 rng(seed);
   AttentionParams a;
   a.packed = true, a.B = 1, a.HQ = 3;
-  std::vector<Sequence> seqs;
-  int64_t t = 0;
-  const int n = 1 + static_cast<int>(rng() % 24);
-  for (int i = 0; i < n; ++i) {
-    const int len = rng() % 4 == 0 ? 0 : 1 + static_cast<int>(rng() % 70);  // zero-length segments too
-    seqs.push_back({0, t, len});
-    t += len;
-  }
-  a.T = t, a.num_seqs = n;
-  SCOPED_TRACE("seed " + std::to_string(seed) + ", segments " + std::to_string(n) + ", T " + std::to_string(t));
+  const std::vector<Sequence> seqs = packed_sequences(rng, a, 24, 70);
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", segments " + std::to_string(seqs.size()) + ", T " +
+               std::to_string(a.T));
   check_distinct(a, seqs, 32);
 }
 
@@ -104,19 +116,10 @@ TEST(DqOrderCounters, DenseAndPackedBlocksAreDistinct) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   AttentionParams dense;
   dense.B = 3, dense.HQ = 2, dense.T = 1 + static_cast<int64_t>(rng() % 500), dense.num_seqs = dense.B;
-  std::vector<Sequence> dense_seqs;
-  for (int64_t b = 0; b < dense.B; ++b) dense_seqs.push_back({b, 0, static_cast<int>(dense.T)});
+  const std::vector<Sequence> dense_seqs = dense_sequences(dense);
   AttentionParams packed;
   packed.packed = true, packed.B = 1, packed.HQ = 3;
-  std::vector<Sequence> packed_seqs;
-  int64_t t = 0;
-  const int n = 1 + static_cast<int>(rng() % 40);
-  for (int i = 0; i < n; ++i) {
-    const int len = rng() % 4 == 0 ? 0 : 1 + static_cast<int>(rng() % 300);  // zero-length segments too
-    packed_seqs.push_back({0, t, len});
-    t += len;
-  }
-  packed.T = t, packed.num_seqs = n;
+  const std::vector<Sequence> packed_seqs = packed_sequences(rng, packed, 40, 300);
   for (int rows : {64, 128}) {
     check_order_counters(dense, dense_seqs, rows);
     check_order_counters(packed, packed_seqs, rows);
@@ -144,7 +147,9 @@ TEST(DqAccLayout, FragmentsAreConsecutive) {
 // Every (kv head, key tile) pair is exactly one item; inside a group of kv_heads_together heads the tiles come in
 // order with the heads taking turns, and a group's items all come before the next group's.
 TEST(HopperKeyItems, EveryPairOnceGroupByGroup) {
-  std::mt19937 rng(std::random_device{}());
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
   for (int trial = 0; trial < 200; ++trial) {
     flashgate::cuda::bwd::BackwardParams p;
     p.a.H = 1 + static_cast<int64_t>(rng() % 12);

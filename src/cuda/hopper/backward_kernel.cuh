@@ -127,9 +127,23 @@ __device__ __forceinline__ void end_dq_turn(int* counter) {
   if (threadIdx.x % 32 == 0) atomicAdd(counter, 1);
 }
 
+// The barriers both dK/dV kernels' buffers begin with (the producer's and the term warp's code serves both): kv_full
+// and kv_empty (the item's K and V), then per stage q_full and q_empty (Q and dO), t_full and t_empty (the row terms).
+template <int kS>
+struct StepBarriers {
+  static constexpr int kCount = 2 + 4 * kS;
+  uint64_t* bars;
+  __device__ __forceinline__ uint64_t* kv_full() const { return bars; }
+  __device__ __forceinline__ uint64_t* kv_empty() const { return bars + 1; }
+  __device__ __forceinline__ uint64_t* q_full(int s) const { return bars + 2 + s; }
+  __device__ __forceinline__ uint64_t* q_empty(int s) const { return bars + 2 + kS + s; }
+  __device__ __forceinline__ uint64_t* t_full(int s) const { return bars + 2 + 2 * kS + s; }
+  __device__ __forceinline__ uint64_t* t_empty(int s) const { return bars + 2 + 3 * kS + s; }
+};
+
 // The CTA's buffers and barriers; the Q / dO and term rings count steps (ring.h).
 template <int kD>
-struct Buffers : Ring<DkdvTile<kD>::kStages> {
+struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages> {
   using Tile = DkdvTile<kD>;
   using Ring<Tile::kStages>::kS;
   static constexpr int kReleasers = 8;  // one lane per consumer warp
@@ -142,11 +156,10 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
   // and the term warp has read the number.
   using KvRing = Ring<1>;
 
+  using Bars = StepBarriers<kS>;  // then per buffer ds_full, ds_empty
   unsigned char* base;
-  uint64_t* bars;  // kv_full, kv_empty, then per stage q_full, q_empty, t_full, t_empty, then per buffer ds_full,
-                   // ds_empty
-  int* item;       // the number of the item in the K / V stage, -1 once there is none
-  static constexpr int kBarriers = 2 + 4 * kS + 2 * 2;
+  int* item;  // the number of the item in the K / V stage, -1 once there is none
+  static constexpr int kBarriers = Bars::kCount + 2 * 2;
 
   template <class T>
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
@@ -169,14 +182,9 @@ struct Buffers : Ring<DkdvTile<kD>::kStages> {
   }
   // The consumer warps' partial E and mass of a step's queries, [buffer][E | mass][8 warps][BM].
   __device__ __forceinline__ float* sums(int buffer) const { return terms(kS) + buffer * 2 * 8 * Tile::BM; }
-  __device__ __forceinline__ uint64_t* kv_full() const { return bars; }
-  __device__ __forceinline__ uint64_t* kv_empty() const { return bars + 1; }
-  __device__ __forceinline__ uint64_t* q_full(int s) const { return bars + 2 + s; }
-  __device__ __forceinline__ uint64_t* q_empty(int s) const { return bars + 2 + kS + s; }
-  __device__ __forceinline__ uint64_t* t_full(int s) const { return bars + 2 + 2 * kS + s; }
-  __device__ __forceinline__ uint64_t* t_empty(int s) const { return bars + 2 + 3 * kS + s; }
-  __device__ __forceinline__ uint64_t* ds_full(int b) const { return bars + 2 + 4 * kS + b; }
-  __device__ __forceinline__ uint64_t* ds_empty(int b) const { return bars + 2 + 4 * kS + 2 + b; }
+  using Bars::kv_full, Bars::kv_empty, Bars::q_full, Bars::q_empty, Bars::t_full, Bars::t_empty;
+  __device__ __forceinline__ uint64_t* ds_full(int b) const { return this->bars + Bars::kCount + b; }
+  __device__ __forceinline__ uint64_t* ds_empty(int b) const { return this->bars + Bars::kCount + 2 + b; }
 
   __device__ __forceinline__ void init() const {
     ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers + 1);
@@ -489,7 +497,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   extern __shared__ unsigned char raw[];
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
   __shared__ int item_number;
-  const Buffers buf{{}, ptx::swizzle_aligned(raw), bars, &item_number};
+  const Buffers buf{{}, {bars}, ptx::swizzle_aligned(raw), &item_number};
   if (threadIdx.x == 0) buf.init();
   __syncthreads();
 

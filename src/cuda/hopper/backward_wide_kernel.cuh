@@ -31,16 +31,16 @@ using bwd_detail::Step;
 // The CTA's buffers and barriers: the narrow kernel's interface (the producer's and the term warp's code is shared)
 // with P, dS and the sums' partials in place of dS^T.
 template <int kK, int kV>
-struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages> {
+struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<DkdvWideTile<kK, kV>::kStages> {
   using Tile = DkdvWideTile<kK, kV>;
   using Ring<Tile::kStages>::kS;
   static constexpr int kReleasers = 8;  // one lane per consumer warp
 
   using KvRing = Ring<1>;  // one item a CTA: the producer's first wait_free passes at once
 
+  using Bars = bwd_detail::StepBarriers<kS>;
   unsigned char* base;
-  uint64_t* bars;  // kv_full, kv_empty, then per stage q_full, q_empty, t_full, t_empty
-  static constexpr int kBarriers = 2 + 4 * kS;
+  static constexpr int kBarriers = Bars::kCount;
 
   template <class T>
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
@@ -71,12 +71,7 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages> {
   __device__ __forceinline__ float* colsums() const { return sums(2); }
   // The gate's key terms Gc_key log2 e of the tile's keys for the current query head, [BN].
   __device__ __forceinline__ float* key_terms() const { return colsums() + 2 * 4 * 32; }
-  __device__ __forceinline__ uint64_t* kv_full() const { return bars; }
-  __device__ __forceinline__ uint64_t* kv_empty() const { return bars + 1; }
-  __device__ __forceinline__ uint64_t* q_full(int s) const { return bars + 2 + s; }
-  __device__ __forceinline__ uint64_t* q_empty(int s) const { return bars + 2 + kS + s; }
-  __device__ __forceinline__ uint64_t* t_full(int s) const { return bars + 2 + 2 * kS + s; }
-  __device__ __forceinline__ uint64_t* t_empty(int s) const { return bars + 2 + 3 * kS + s; }
+  using Bars::kv_full, Bars::kv_empty, Bars::q_full, Bars::q_empty, Bars::t_full, Bars::t_empty;
 
   __device__ __forceinline__ void init() const {
     ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers);
@@ -449,7 +444,7 @@ __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
   using Buffers = bwd_wide::Buffers<kK, kV>;
   extern __shared__ unsigned char raw[];
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
-  const Buffers buf{{}, ptx::swizzle_aligned(raw), bars};
+  const Buffers buf{{}, {bars}, ptx::swizzle_aligned(raw)};
   if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x).valid) return;
 
   if (threadIdx.x == 0) buf.init();

@@ -39,17 +39,18 @@ void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const c
   else launch_wide<T, 256, 256>(args, dp, keys, stream);
 }
 
-// How many kv heads' items run together (BackwardParams::kv_heads_together): at least four, more while the rows their
-// tiles walk (q and dO of every query head of the group, and dQ's fp32 accumulator) fit half the L2. Every head at
-// once leaves those rows to DRAM (B8 T2048 D128: 244 against 273 TFLOP/s at four); fewer than four cost long
-// sequences (GQA 32/8 D128 T8192: 395 at one, 431 at four; docs/perf-notes.md).
-// Deterministic mode takes every head together: there a key tile's dQ adds wait for the tile before it, so tiles
-// of one head running side by side would wait on each other in a chain.
+// How many kv heads' items run together (BackwardParams::kv_heads_together): at least four (every head where there
+// are fewer), more while the rows their tiles walk (q and dO of every query head of the group, and dQ's fp32
+// accumulator) fit half the L2. Every head at once leaves those rows to DRAM (B8 T2048 D128: 244 against 273 TFLOP/s
+// at four); fewer than four cost long sequences (GQA 32/8 D128 T8192: 395 at one, 431 at four; docs/perf-notes.md).
+// Deterministic mode takes every head together: there a key tile's dQ adds wait for the tile before it, so tiles of
+// one head running side by side would wait on each other in a chain.
 int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
   if (p.deterministic) return static_cast<int>(p.a.H);
   const int64_t row_bytes = (p.a.K + p.a.V) * 2 + int64_t{p.K16} * 4;
   const int64_t head_bytes = std::max<int64_t>(1, p.a.B * p.a.T * p.a.group * row_bytes);
-  return static_cast<int>(std::clamp<int64_t>(int64_t{dev.l2_bytes} / 2 / head_bytes, 4, std::max<int64_t>(4, p.a.H)));
+  const int64_t fit = int64_t{dev.l2_bytes} / 2 / head_bytes;
+  return static_cast<int>(std::clamp<int64_t>(fit, std::min<int64_t>(4, p.a.H), p.a.H));
 }
 }  // namespace
 
@@ -80,8 +81,9 @@ void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParam
                         cudaStream_t stream) {
   using cuda::hopper::DkdvTile;
   cuda::hopper::DkdvParams dp;
+  const DeviceFacts dev = device_facts(args.q.device_index);
   dp.b = p;
-  dp.b.kv_heads_together = kv_heads_together(p, device_facts(args.q.device_index));
+  dp.b.kv_heads_together = kv_heads_together(p, dev);
   const cuda::ElementType type = p.a.dtype;
   if (wide(p)) {
     if (type == cuda::ElementType::f16) launch_wide<__half>(args, dp, keys, stream);
@@ -90,17 +92,16 @@ void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParam
   }
   const int kd = p.a.K <= 64 && p.a.V <= 64 ? 64 : 128;
   const int query_rows = kd == 64 ? DkdvTile<64>::BM : DkdvTile<128>::BM;
-  const int sms = device_facts(args.q.device_index).sms;
   dp.q_map = cuda::make_tensor_map(args.q.data, type, token_head_map(args.q, query_rows));
   dp.k_map = cuda::make_tensor_map(args.k.data, type, token_head_map(args.k, DkdvTile<64>::BN));
   dp.v_map = cuda::make_tensor_map(args.v.data, type, token_head_map(args.v, DkdvTile<64>::BN));
   dp.do_map = cuda::make_tensor_map(args.dout.data, type, token_head_map(args.dout, query_rows));
   if (type == cuda::ElementType::f16) {
-    if (kd == 64) cuda::hopper::launch_dkdv<__half, 64>(dp, keys, sms, stream);
-    else cuda::hopper::launch_dkdv<__half, 128>(dp, keys, sms, stream);
+    if (kd == 64) cuda::hopper::launch_dkdv<__half, 64>(dp, keys, dev.sms, stream);
+    else cuda::hopper::launch_dkdv<__half, 128>(dp, keys, dev.sms, stream);
   } else {
-    if (kd == 64) cuda::hopper::launch_dkdv<__nv_bfloat16, 64>(dp, keys, sms, stream);
-    else cuda::hopper::launch_dkdv<__nv_bfloat16, 128>(dp, keys, sms, stream);
+    if (kd == 64) cuda::hopper::launch_dkdv<__nv_bfloat16, 64>(dp, keys, dev.sms, stream);
+    else cuda::hopper::launch_dkdv<__nv_bfloat16, 128>(dp, keys, dev.sms, stream);
   }
 }
 
