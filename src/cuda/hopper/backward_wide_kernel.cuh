@@ -249,7 +249,7 @@ class Consumer {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = row(half), chunk = key(j, 0) / 8;
-        *reinterpret_cast<uint32_t*>(bytes + r * 128 + ((chunk ^ (r & 7)) * 16) + 4 * (lane_ % 4)) =
+        *reinterpret_cast<uint32_t*>(bytes + ptx::swizzled_offset(r, 8 * chunk + 2 * (lane_ % 4))) =
             ptx::pack2<T>(x[4 * j + 2 * half], x[4 * j + 2 * half + 1]);
       }
     ptx::fence_async_shared();
