@@ -210,10 +210,16 @@ __device__ __forceinline__ void consume(Consumer<T, kK, kV>& c, const Stages<kK,
   for (int i = 1; i < w.blocks; ++i) {
     const uint32_t kb = ring + i, vb = kb - 1;
     ptx::barrier_wait(st.k_full(st.stage(kb)), st.parity(kb));
-    ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
+    if constexpr (!Tile::kSplitV) ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
     turns.take();
     ptx::wgmma_fence();
     c.issue_scores(s, st.template k<T>(st.stage(kb)));
+    // Split V has one V stage, whose next block loads only once both consumers' P V are done: Q K^T runs while it
+    // lands.
+    if constexpr (Tile::kSplitV) {
+      ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
+      ptx::wgmma_fence();  // P's registers again after the wait loop
+    }
     c.issue_pv(pa, st.template v<T>(st.stage(vb)));
     turns.pass();
     ptx::wgmma_wait<1>();
