@@ -35,9 +35,10 @@ struct ForwardTile {
   static constexpr int kKDim = kK, kVDim = kV;
   static constexpr bool kSplitV = kV > 256;
   static constexpr int kConsumers = kK == 64 && kV == 64 ? 3 : 2;
+  static constexpr int kSplitKeys = 64;  // split V's key block: 64 with one K / V stage, or 32 with two
   static constexpr int BM = kSplitV ? 64 : 64 * kConsumers;
-  static constexpr int BN = kSplitV ? 64 : kV > 128 ? 80 : 128;
-  static constexpr int kStages = kSplitV ? 1 : 2;
+  static constexpr int BN = kSplitV ? kSplitKeys : kV > 128 ? 80 : 128;
+  static constexpr int kStages = kSplitV && kSplitKeys == 64 ? 1 : 2;
   static constexpr int kOutCols = kSplitV ? kV / 2 : kV;  // output columns a consumer accumulates
   static constexpr int kKBlocks = kK / 64, kVBlocks = kV / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
