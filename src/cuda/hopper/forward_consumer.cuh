@@ -121,8 +121,8 @@ class Consumer {
     for (int t = 0; t < BN / 16; ++t)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = warp_ * 16 + g + 8 * (e & 1), col = 16 * t + 8 * (e >> 1) + 2 * c;
-        *reinterpret_cast<uint32_t*>(bytes + ptx::swizzled_offset(row, col)) = pa[t][e];
+        const int row = warp_ * 16 + g + 8 * (e & 1), chunk = 2 * t + (e >> 1);
+        *reinterpret_cast<uint32_t*>(bytes + ptx::swizzled_chunk(row, chunk) + 4 * c) = pa[t][e];
       }
     ptx::fence_async_shared();
   }

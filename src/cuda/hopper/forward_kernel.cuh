@@ -55,6 +55,9 @@ struct Stages : Ring<ForwardTile<kK, kV>::kStages> {
   // Split V: only consumer 0 reads Q, K and the gate's terms.
   static constexpr int kScoreReleasers = Tile::kSplitV ? 4 : kReleasers;
   static constexpr int kGateReaders = 128 * (Tile::kSplitV ? 1 : Tile::kConsumers);
+  // Split V: the consumers hand each other buffers their threads wrote or read (P's rescale factors, the output
+  // scales), so every thread arrives for itself.
+  static constexpr int kHandoffArrivals = 128;
 
   unsigned char* base;
   uint64_t* bars;  // q_full, q_empty, then per stage k_full, k_empty, v_full, v_empty, g_full, g_empty; split V:
@@ -108,8 +111,9 @@ struct Stages : Ring<ForwardTile<kK, kV>::kStages> {
       ptx::barrier_init(g_empty(s), kGateReaders);
     }
     if (Tile::kSplitV) {
-      for (int b = 0; b < 2; ++b) ptx::barrier_init(p_full(b), 4), ptx::barrier_init(p_empty(b), 4);
-      ptx::barrier_init(scales_full(), 4), ptx::barrier_init(scales_empty(), 4);
+      for (int b = 0; b < 2; ++b)
+        ptx::barrier_init(p_full(b), kHandoffArrivals), ptx::barrier_init(p_empty(b), kHandoffArrivals);
+      ptx::barrier_init(scales_full(), kHandoffArrivals), ptx::barrier_init(scales_empty(), kHandoffArrivals);
     }
     ptx::fence_barrier_init();
   }
@@ -264,13 +268,13 @@ __device__ __forceinline__ void score_half(const ForwardParams& p, const Stages<
         float* f = st.factors(hb);
         f[c.tile_row()] = factor.x, f[c.tile_row() + 8] = factor.y;
       }
-      H::release(st.p_full(hb));
+      ptx::barrier_arrive(st.p_full(hb));
     };
     consume(c, st, Turns<1>(0), w, ring, tiles, p.a.window, hand);
   }
   Ring<1>::wait_free(st.scales_empty(), items);
   c.epilogue(st.out_scales());
-  Ring<1>::release(st.scales_full());
+  ptx::barrier_arrive(st.scales_full());
 }
 
 // Split V, consumer 1, one item: per key block, P from consumer 0 (after rescaling what it holds by the block's
@@ -294,11 +298,11 @@ __device__ __forceinline__ void value_half(const ForwardParams& p, const Stages<
     ptx::wgmma_wait<0>();
     c.hold_output();
     st.release(st.v_empty(st.stage(b)));
-    H::release(st.p_empty(hb));
+    ptx::barrier_arrive(st.p_empty(hb));
   }
   ptx::barrier_wait(st.scales_full(), Ring<1>::parity(items));
   c.epilogue_with(st.out_scales());
-  Ring<1>::release(st.scales_empty());
+  ptx::barrier_arrive(st.scales_empty());
 }
 
 }  // namespace detail

@@ -46,10 +46,11 @@ __device__ __forceinline__ unsigned char* swizzle_aligned(unsigned char* raw) {
 // Bytes of one 64-column block of a tile with `rows` rows (128 bytes a row).
 __host__ __device__ constexpr uint32_t swizzle_block_bytes(int rows) { return static_cast<uint32_t>(rows) * 128u; }
 
-// The byte offset of element (row, col) inside a 64-column block of 128-byte rows in that swizzle: the row's 16-byte
-// chunks are XOR-permuted by the row's place in its 8-row group (where ordinary stores put an operand tile).
-__host__ __device__ constexpr uint32_t swizzled_offset(int row, int col) {
-  return static_cast<uint32_t>(row * 128 + (((col >> 3) ^ (row & 7)) << 4) + (col & 7) * 2);
+// The byte offset of 16-byte chunk `chunk` (columns 8 chunk..) of row `row` inside a 64-column block of 128-byte rows
+// in that swizzle: the row's chunks are XOR-permuted by the row's place in its 8-row group (where ordinary stores put
+// an operand tile). The caller adds the bytes within the chunk.
+__host__ __device__ constexpr int swizzled_chunk(int row, int chunk) {
+  return row * 128 + ((chunk ^ (row & 7)) << 4);
 }
 
 // The descriptor of k-step `step` (16 columns) of a K-major tile of `rows` rows.
