@@ -321,8 +321,10 @@ HOPPER_FORWARD = {"none": {}, "gate": {"gate": "logsigmoid"}, "sink": {"sink": T
                                                                                "sink": True}}
 
 
-# (K, V): every kernel's bucket pair, padded buckets, and pairs that run in a larger square bucket.
-HOPPER_HEAD_DIMS = [(64, 64), (128, 128), (192, 128), (256, 256), (40, 40), (96, 96), (64, 128), (136, 200)]
+# (K, V): every kernel's bucket pair, padded buckets, and pairs that run in a larger square bucket (512 / 512: the
+# split-V kernel).
+HOPPER_HEAD_DIMS = [(64, 64), (128, 128), (192, 128), (256, 256), (512, 512), (40, 40), (96, 96), (64, 128),
+                    (136, 200), (320, 448), (64, 512), (448, 96)]
 
 
 def check_hopper_forward(rng, dtype, dims, feature, layout, offset=None):

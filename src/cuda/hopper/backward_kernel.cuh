@@ -395,7 +395,7 @@ class Consumer {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = 64 * me_ + 16 * warp_ + g + 8 * half, chunk = j % 8;
-        *reinterpret_cast<uint32_t*>(bytes + (j / 8) * BN * 128 + r * 128 + ((chunk ^ (r & 7)) * 16) + 4 * c) =
+        *reinterpret_cast<uint32_t*>(bytes + ptx::swizzled_chunk(r, chunk) + (j / 8) * BN * 128 + 4 * c) =
             ds[j / 2][2 * (j % 2) + half];
       }
     ptx::fence_async_shared();

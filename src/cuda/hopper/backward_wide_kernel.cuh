@@ -38,9 +38,10 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
 
   using KvRing = Ring<1>;  // one item a CTA: the producer's first wait_free passes at once
 
-  using Bars = bwd_detail::StepBarriers<kS>;
+  using Bars = bwd_detail::StepBarriers<kS>;  // then met
   unsigned char* base;
-  static constexpr int kBarriers = Bars::kCount;
+  static constexpr bool kMeets = kK != kV;  // the consumers run copies of their code of their own (Consumer's kMe)
+  static constexpr int kBarriers = Bars::kCount + (kMeets ? 1 : 0);
 
   template <class T>
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
@@ -72,6 +73,13 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   // The gate's key terms Gc_key log2 e of the tile's keys for the current query head, [BN].
   __device__ __forceinline__ float* key_terms() const { return colsums() + 2 * 4 * 32; }
   using Bars::kv_full, Bars::kv_empty, Bars::q_full, Bars::q_empty, Bars::t_full, Bars::t_empty;
+  // Where each consumer has its own copy of the code (192 / 128): both consumers' threads at one point, the n-th
+  // time.
+  __device__ __forceinline__ uint64_t* met() const { return this->bars + Bars::kCount; }
+  __device__ __forceinline__ void meet(uint32_t n) const {
+    ptx::barrier_arrive(met());
+    ptx::barrier_wait(met(), n & 1);
+  }
 
   __device__ __forceinline__ void init() const {
     ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers);
@@ -79,6 +87,7 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
       ptx::barrier_init(q_full(s), 1), ptx::barrier_init(q_empty(s), kReleasers);
       ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
     }
+    if (kMeets) ptx::barrier_init(met(), 256);
     ptx::fence_barrier_init();
   }
   __device__ __forceinline__ void release_q(int s) const { this->release(q_empty(s)); }
@@ -249,7 +258,7 @@ class Consumer {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = row(half), chunk = key(j, 0) / 8;
-        *reinterpret_cast<uint32_t*>(bytes + r * 128 + ((chunk ^ (r & 7)) * 16) + 4 * (lane_ % 4)) =
+        *reinterpret_cast<uint32_t*>(bytes + ptx::swizzled_chunk(r, chunk) + 4 * (lane_ % 4)) =
             ptx::pack2<T>(x[4 * j + 2 * half], x[4 * j + 2 * half + 1]);
       }
     ptx::fence_async_shared();
@@ -369,7 +378,14 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
   using Consumer = bwd_wide::Consumer<T, kK, kV, kRowSums, kMe>;
   Consumer c(p.b, w, me);
   // Named barriers of both consumers: 1 when both halves of P and dS are in, 4 (one P / dS buffer) when both are done
-  // with the last step's P and dS (2 + me: one consumer's column sums).
+  // with the last step's P and dS (2 + me: one consumer's column sums). With a copy of this code per consumer, the
+  // warps would reach a named barrier from different instructions, which bar.sync (.aligned) does not allow: there
+  // the consumers meet on an mbarrier instead.
+  uint32_t meetings = 0;
+  const auto both_consumers = [&](int id) {
+    if constexpr (kMe == kEitherConsumer) ptx::named_barrier_sync(id, 256);
+    else buf.meet(meetings++);
+  };
   if (w.steps > 0) ptx::barrier_wait(buf.kv_full(), 0);
   if (w.steps > 0) c.load_key_terms(w.hk * p.b.a.group, buf.key_terms());
   int* counted = nullptr;  // deterministic mode: the dQ row block whose adds this warp has yet to count
@@ -398,10 +414,10 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     const int pb = it % Tile::kPdsBuffers;
     T* const pt = buf.template pds<T>(0, pb);
     T* const dst = buf.template pds<T>(1, pb);
-    if (Tile::kPdsBuffers == 1) ptx::named_barrier_sync(4, 256);  // both consumers' wgmmas of the last step are done
+    if (Tile::kPdsBuffers == 1) both_consumers(4);  // both consumers' wgmmas of the last step are done
     c.store_tile(sc, pt);
     c.store_tile(dp, dst);
-    ptx::named_barrier_sync(1, 256);  // both consumers' keys of P and dS (and their row sums) are in
+    both_consumers(1);  // both consumers' keys of P and dS (and their row sums) are in
     float dq[Consumer::kDqAcc];
     ptx::wgmma_fence();
     c.issue_kv(buf, s, pt, dst);
@@ -427,9 +443,9 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
   if (kRowSums && w.steps == 0)
     for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h, buf.colsums());
   // dK and dV through stage 0's Q and dO buffers: every step's reads of them are done once both consumers are here.
-  ptx::named_barrier_sync(1, 256);
+  both_consumers(1);
   c.stage_out(buf.template q<T>(0), buf.template dout<T>(0));
-  ptx::named_barrier_sync(1, 256);
+  both_consumers(1);
   bwd_wide::copy_out<T, kK, kV>(p.b, w, buf.template q<T>(0), buf.template dout<T>(0));
 }
 

@@ -12,6 +12,7 @@
 #include "cuda/hopper/forward_work.cuh"
 #include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/mma.h"
+#include "cuda/ptx/tma.h"
 #include "cuda/ptx/warpgroup.h"
 #include "cuda/ptx/wgmma.h"
 
@@ -46,11 +47,14 @@ class Turns {
   const int me_;
 };
 
-template <class T, int kK, int kV>
+// A consumer warpgroup's verbs. kCol0: the first output column it accumulates (split V: consumer 1 takes the upper
+// half; it only issues P V from shared memory and stores, consumer 0 does the rest).
+template <class T, int kK, int kV, int kCol0 = 0>
 class Consumer {
   using Tile = ForwardTile<kK, kV>;
   static constexpr int BN = Tile::BN;
-  static constexpr int kO = kV / 2;  // output accumulators per thread
+  static constexpr int kOCols = Tile::kOutCols;
+  static constexpr int kO = kOCols / 2;  // output accumulators per thread
 
  public:
   static constexpr int kS = BN / 2;  // score accumulators per thread (m64nBN)
@@ -58,7 +62,7 @@ class Consumer {
 
   __device__ __forceinline__ Consumer(const AttentionParams& a, const Work& w, int wg, const T* sq)
       : p_(a), batch_(static_cast<int>(w.seq.batch)), start_(static_cast<int>(w.seq.start)), len_(w.seq.len),
-        h_(w.h), row0_(w.m0 + 64 * wg), sq_(sq + 64 * wg * 64),
+        h_(w.h), row0_(w.m0 + 64 * (Tile::kSplitV ? 0 : wg)), sq_(sq + 64 * (Tile::kSplitV ? 0 : wg) * 64),
         lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32),
         gc_(a.has_gate ? a.gc_row(w.seq.batch, w.h) + w.seq.start : nullptr),
         g_ref_(gc_ ? gc_[w.m0] : 0.f) {
@@ -72,19 +76,59 @@ class Consumer {
 
   // Issues S = Q K^T for the key tile `k` as one wgmma group.
   __device__ __forceinline__ void issue_scores(float (&s)[kS], const T* k) const {
+    if constexpr (Tile::kSplitV) {
+      // 32 k-steps: their descriptors, hoisted out of the block loop, would hold 128 registers. Each step's comes
+      // from the two bases by an add instead (ptx::descriptor_step), the bases made opaque per call.
+      const uint64_t q0 = ptx::opaque(ptx::k_major_descriptor(sq_, Tile::BM, 0));
+      const uint64_t k0 = ptx::opaque(ptx::k_major_descriptor(k, BN, 0));
 #pragma unroll
-    for (int step = 0; step < kK / 16; ++step)
-      ptx::Wgmma<T, BN, 0>::ss(s, ptx::k_major_descriptor(sq_, Tile::BM, step), ptx::k_major_descriptor(k, BN, step),
-                               step > 0);
+      for (int step = 0; step < kK / 16; ++step)
+        ptx::Wgmma<T, BN, 0>::ss(s, ptx::descriptor_step(q0, Tile::BM, step), ptx::descriptor_step(k0, BN, step),
+                                 step > 0);
+    } else {
+#pragma unroll
+      for (int step = 0; step < kK / 16; ++step)
+        ptx::Wgmma<T, BN, 0>::ss(s, ptx::k_major_descriptor(sq_, Tile::BM, step),
+                                 ptx::k_major_descriptor(k, BN, step), step > 0);
+    }
     ptx::wgmma_commit();
   }
 
-  // Issues O += P V for the value tile `v` as one wgmma group (V read transposed from its TMA layout).
+  // Issues O += P V for the value tile `v` as one wgmma group (V read transposed from its TMA layout; this
+  // consumer's columns from kCol0).
   __device__ __forceinline__ void issue_pv(const Probs& pa, const T* v) {
 #pragma unroll
-    for (int t = 0; t < BN / 16; ++t) ptx::Wgmma<T, kV, 1>::rs(o_, pa[t], ptx::mn_major_descriptor(v, BN, t), true);
+    for (int t = 0; t < BN / 16; ++t)
+      ptx::Wgmma<T, kOCols, 1>::rs(o_, pa[t], ptx::mn_major_descriptor(my_columns(v), BN, t), true);
     ptx::wgmma_commit();
   }
+
+  // Split V, consumer 1: O += P V with P from the shared buffer `p` (store_probs' layout).
+  __device__ __forceinline__ void issue_pv_shared(const T* p, const T* v) {
+#pragma unroll
+    for (int t = 0; t < BN / 16; ++t)
+      ptx::Wgmma<T, kOCols, 1>::ss(o_, ptx::k_major_descriptor(p, Tile::BM, t),
+                                   ptx::mn_major_descriptor(my_columns(v), BN, t), true);
+    ptx::wgmma_commit();
+  }
+
+  // Split V, consumer 0: P (the operand registers) into the shared buffer `tile`, K-major in one 128-byte swizzled
+  // block, where consumer 1's wgmmas read it (the fence orders the stores before them).
+  __device__ __forceinline__ void store_probs(const Probs& pa, T* tile) const {
+    unsigned char* bytes = reinterpret_cast<unsigned char*>(tile);
+    const int g = lane_ / 4, c = lane_ % 4;
+#pragma unroll
+    for (int t = 0; t < BN / 16; ++t)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = warp_ * 16 + g + 8 * (e & 1), chunk = 2 * t + (e >> 1);
+        *reinterpret_cast<uint32_t*>(bytes + ptx::swizzled_chunk(row, chunk) + 4 * c) = pa[t][e];
+      }
+    ptx::fence_async_shared();
+  }
+
+  // This thread's first row in the tile (its second is 8 below), where split V's per-row values are handed over.
+  __device__ __forceinline__ int tile_row() const { return warp_ * 16 + lane_ / 4; }
 
   // After a wait: the accumulators are final from here on.
   __device__ __forceinline__ void hold_output() { ptx::wgmma_hold(o_); }
@@ -141,7 +185,7 @@ class Consumer {
 
   __device__ __forceinline__ void rescale_output(float2 factor) {
 #pragma unroll
-    for (int j = 0; j < kV / 8; ++j) {
+    for (int j = 0; j < kOCols / 8; ++j) {
       o_[4 * j + 0] *= factor.x, o_[4 * j + 1] *= factor.x;
       o_[4 * j + 2] *= factor.y, o_[4 * j + 3] *= factor.y;
     }
@@ -158,27 +202,46 @@ class Consumer {
     }
   }
 
-  __device__ __forceinline__ void epilogue() {
+  // Normalises and stores the output rows and lse. Split V: consumer 0 also hands each row's output scale to
+  // consumer 1 (`o_scale`, by tile row), which stores its columns with them (epilogue_with).
+  __device__ __forceinline__ void epilogue(float* o_scale = nullptr) {
     const float sink = p_.has_sink ? p_.sink[h_] : 0.f;
-    const int g = lane_ / 4, c = lane_ % 4;
+    const int c = lane_ % 4;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = row0_ + warp_ * 16 + g + 8 * half;  // local position
+      const int row = row0_ + tile_row() + 8 * half;  // local position
       float max2 = rows_[half].max2;
       if (gc_ && row < len_ && max2 != -INFINITY) max2 += (gc_[row] - g_ref_) * kLog2e;
       const RowResult r = finish_row(max2, quad_sum(rows_[half].sum), p_.has_sink, sink);
+      if (o_scale && c == 0) o_scale[tile_row() + 8 * half] = r.o_scale;
       if (row >= len_) continue;
       if (p_.has_lse && c == 0) *p_.lse.template row<float>(batch_, start_ + row, h_) = r.lse;
-      T* dst = p_.o.template row<T>(batch_, start_ + row, h_) + 2 * c;
+      store_row(half, row, r.o_scale);
+    }
+  }
+
+  __device__ __forceinline__ void epilogue_with(const float* o_scale) {
 #pragma unroll
-      for (int j = 0; j < kV / 8; ++j)
-        if (8 * j < p_.V)  // columns past V are the bucket's padding
-          *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-              ptx::pack2<T>(o_[4 * j + 2 * half] * r.o_scale, o_[4 * j + 2 * half + 1] * r.o_scale);
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0_ + tile_row() + 8 * half;
+      if (row < len_) store_row(half, row, o_scale[tile_row() + 8 * half]);
     }
   }
 
  private:
+  // This consumer's first value column block of the V tile `v` ([kV/64][BN][64]).
+  __device__ __forceinline__ static const T* my_columns(const T* v) { return v + kCol0 / 64 * BN * 64; }
+
+  // Output row `row` (local position; this thread's half `half`), scaled, into its columns from kCol0.
+  __device__ __forceinline__ void store_row(int half, int row, float scale) {
+    T* dst = p_.o.template row<T>(batch_, start_ + row, h_) + kCol0 + 2 * (lane_ % 4);
+#pragma unroll
+    for (int j = 0; j < kOCols / 8; ++j)
+      if (kCol0 + 8 * j < p_.V)  // columns past V are the bucket's padding
+        *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+            ptx::pack2<T>(o_[4 * j + 2 * half] * scale, o_[4 * j + 2 * half + 1] * scale);
+  }
+
   __device__ __forceinline__ bool prescaled() const { return gc_ != nullptr || !(p_.scale_log2 > 0.f); }
 
   const AttentionParams& p_;

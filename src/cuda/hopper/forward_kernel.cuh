@@ -50,11 +50,19 @@ template <int kK, int kV>
 struct Stages : Ring<ForwardTile<kK, kV>::kStages> {
   using Tile = ForwardTile<kK, kV>;
   using Ring<Tile::kStages>::kS;
+  using Handoff = Ring<2>;  // split V: the P buffers from consumer 0 to consumer 1
   static constexpr int kReleasers = 4 * Tile::kConsumers;  // one lane per consumer warp releases a buffer
+  // Split V: only consumer 0 reads Q, K and the gate's terms.
+  static constexpr int kScoreReleasers = Tile::kSplitV ? 4 : kReleasers;
+  static constexpr int kGateReaders = 128 * (Tile::kSplitV ? 1 : Tile::kConsumers);
+  // Split V: the consumers hand each other buffers their threads wrote or read (P's rescale factors, the output
+  // scales), so every thread arrives for itself.
+  static constexpr int kHandoffArrivals = 128;
 
   unsigned char* base;
-  uint64_t* bars;  // q_full, q_empty, then per stage k_full, k_empty, v_full, v_empty, g_full, g_empty
-  static constexpr int kBarriers = 2 + 6 * kS;
+  uint64_t* bars;  // q_full, q_empty, then per stage k_full, k_empty, v_full, v_empty, g_full, g_empty; split V:
+                   // per P buffer p_full, p_empty, then scales_full, scales_empty
+  static constexpr int kBarriers = 2 + 6 * kS + (Tile::kSplitV ? 6 : 0);
 
   template <class T>
   __device__ __forceinline__ T* q() const { return reinterpret_cast<T*>(base); }
@@ -77,12 +85,35 @@ struct Stages : Ring<ForwardTile<kK, kV>::kStages> {
   __device__ __forceinline__ uint64_t* g_full(int s) const { return bars + 2 + 4 * kS + s; }
   __device__ __forceinline__ uint64_t* g_empty(int s) const { return bars + 2 + 5 * kS + s; }
 
+  // Split V: P buffer b (probabilities, then the rows' rescale factors) and the rows' output scales, behind the
+  // stages.
+  __device__ __forceinline__ unsigned char* handoff() const { return base + Tile::kHandoffAt; }
+  template <class T>
+  __device__ __forceinline__ T* probs(int b) const {
+    return reinterpret_cast<T*>(handoff() + b * Tile::kPBytes);
+  }
+  __device__ __forceinline__ float* factors(int b) const {
+    return reinterpret_cast<float*>(handoff() + 2 * Tile::kPBytes + b * Tile::kPScaleBytes);
+  }
+  __device__ __forceinline__ float* out_scales() const {
+    return reinterpret_cast<float*>(handoff() + 2 * (Tile::kPBytes + Tile::kPScaleBytes));
+  }
+  __device__ __forceinline__ uint64_t* p_full(int b) const { return bars + 2 + 6 * kS + b; }
+  __device__ __forceinline__ uint64_t* p_empty(int b) const { return bars + 4 + 6 * kS + b; }
+  __device__ __forceinline__ uint64_t* scales_full() const { return bars + 6 + 6 * kS; }
+  __device__ __forceinline__ uint64_t* scales_empty() const { return bars + 7 + 6 * kS; }
+
   __device__ __forceinline__ void init() const {
-    ptx::barrier_init(q_full(), 1), ptx::barrier_init(q_empty(), kReleasers);
+    ptx::barrier_init(q_full(), 1), ptx::barrier_init(q_empty(), kScoreReleasers);
     for (int s = 0; s < kS; ++s) {
       ptx::barrier_init(k_full(s), 1), ptx::barrier_init(v_full(s), 1), ptx::barrier_init(g_full(s), 32);
-      ptx::barrier_init(k_empty(s), kReleasers), ptx::barrier_init(v_empty(s), kReleasers);
-      ptx::barrier_init(g_empty(s), 128 * Tile::kConsumers);
+      ptx::barrier_init(k_empty(s), kScoreReleasers), ptx::barrier_init(v_empty(s), kReleasers);
+      ptx::barrier_init(g_empty(s), kGateReaders);
+    }
+    if (Tile::kSplitV) {
+      for (int b = 0; b < 2; ++b)
+        ptx::barrier_init(p_full(b), kHandoffArrivals), ptx::barrier_init(p_empty(b), kHandoffArrivals);
+      ptx::barrier_init(scales_full(), kHandoffArrivals), ptx::barrier_init(scales_empty(), kHandoffArrivals);
     }
     ptx::fence_barrier_init();
   }
@@ -143,11 +174,10 @@ __device__ __forceinline__ void stage_gate(const AttentionParams& a, const Stage
 
 // A consumer's main loop over one item's key blocks (`ring`: blocks of earlier items, `tiles`: their Q loads).
 // Q is released once the last scores are done, so the producer loads the next item's Q under the last P V and
-// the epilogue.
-template <class T, int kK, int kV>
-__device__ __forceinline__ void consume(Consumer<T, kK, kV>& c, const Stages<kK, kV>& st,
-                                        const Turns<ForwardTile<kK, kV>::kConsumers>& turns,
-                                        const Work& w, uint32_t ring, uint32_t tiles, int window) {
+// the epilogue. `hand(b, P, factors)` gets each block's P once it is made (split V: to consumer 1).
+template <class T, int kK, int kV, class TurnsT, class Hand>
+__device__ __forceinline__ void consume(Consumer<T, kK, kV>& c, const Stages<kK, kV>& st, const TurnsT& turns,
+                                        const Work& w, uint32_t ring, uint32_t tiles, int window, Hand&& hand) {
   using Tile = ForwardTile<kK, kV>;
   using C = Consumer<T, kK, kV>;
   const auto needs_mask = [&](int i) {
@@ -179,14 +209,21 @@ __device__ __forceinline__ void consume(Consumer<T, kK, kV>& c, const Stages<kK,
   c.softmax(s, w.last * Tile::BN, needs_mask(0), gate_of(ring));  // nothing accumulated yet: no factor to apply
   gate_done(ring);
   C::to_operand(s, pa);
+  hand(ring, pa, make_float2(1.f, 1.f));
 
   for (int i = 1; i < w.blocks; ++i) {
     const uint32_t kb = ring + i, vb = kb - 1;
     ptx::barrier_wait(st.k_full(st.stage(kb)), st.parity(kb));
-    ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
+    if constexpr (!Tile::kSplitV) ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
     turns.take();
     ptx::wgmma_fence();
     c.issue_scores(s, st.template k<T>(st.stage(kb)));
+    // Split V has one V stage, whose next block loads only once both consumers' P V are done: Q K^T runs while it
+    // lands.
+    if constexpr (Tile::kSplitV) {
+      ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
+      ptx::wgmma_fence();  // P's registers again after the wait loop
+    }
     c.issue_pv(pa, st.template v<T>(st.stage(vb)));
     turns.pass();
     ptx::wgmma_wait<1>();
@@ -200,6 +237,7 @@ __device__ __forceinline__ void consume(Consumer<T, kK, kV>& c, const Stages<kK,
     st.release(st.v_empty(st.stage(vb)));
     c.rescale_output(factor);
     C::to_operand(s, pa);
+    hand(kb, pa, factor);
   }
 
   const uint32_t vb = ring + w.blocks - 1;
@@ -211,6 +249,60 @@ __device__ __forceinline__ void consume(Consumer<T, kK, kV>& c, const Stages<kK,
   ptx::wgmma_wait<0>();
   c.hold_output();
   st.release(st.v_empty(st.stage(vb)));
+}
+
+// Split V, consumer 0, one item: consume()'s loop (no turns: the consumers do different work) handing each block's P
+// and rescale factors to consumer 1, then the epilogue of the lower output columns, handing the rows' output scales
+// over too. `items`: the CTA's earlier items.
+template <class T, int kK, int kV>
+__device__ __forceinline__ void score_half(const ForwardParams& p, const Stages<kK, kV>& st, const Work& w,
+                                           uint32_t ring, uint32_t tiles, uint32_t items) {
+  using H = typename Stages<kK, kV>::Handoff;
+  Consumer<T, kK, kV> c(p.a, w, 0, st.template q<T>());
+  if (w.blocks > 0) {
+    const auto hand = [&](uint32_t b, const typename Consumer<T, kK, kV>::Probs& pa, float2 factor) {
+      const int hb = H::stage(b);
+      H::wait_free(st.p_empty(hb), b);
+      c.store_probs(pa, st.template probs<T>(hb));
+      if (threadIdx.x % 4 == 0) {
+        float* f = st.factors(hb);
+        f[c.tile_row()] = factor.x, f[c.tile_row() + 8] = factor.y;
+      }
+      ptx::barrier_arrive(st.p_full(hb));
+    };
+    consume(c, st, Turns<1>(0), w, ring, tiles, p.a.window, hand);
+  }
+  Ring<1>::wait_free(st.scales_empty(), items);
+  c.epilogue(st.out_scales());
+  ptx::barrier_arrive(st.scales_full());
+}
+
+// Split V, consumer 1, one item: per key block, P from consumer 0 (after rescaling what it holds by the block's
+// factors) times its half of V's columns, then the epilogue of the upper output columns with consumer 0's scales.
+template <class T, int kK, int kV>
+__device__ __forceinline__ void value_half(const ForwardParams& p, const Stages<kK, kV>& st, const Work& w,
+                                           uint32_t ring, uint32_t items) {
+  using H = typename Stages<kK, kV>::Handoff;
+  Consumer<T, kK, kV, kV / 2> c(p.a, w, 1, st.template q<T>());
+  for (int i = 0; i < w.blocks; ++i) {
+    const uint32_t b = ring + i;
+    const int hb = H::stage(b);
+    ptx::barrier_wait(st.p_full(hb), H::parity(b));
+    if (i > 0) {
+      const float* f = st.factors(hb);
+      c.rescale_output(make_float2(f[c.tile_row()], f[c.tile_row() + 8]));
+    }
+    ptx::barrier_wait(st.v_full(st.stage(b)), st.parity(b));
+    ptx::wgmma_fence();
+    c.issue_pv_shared(st.template probs<T>(hb), st.template v<T>(st.stage(b)));
+    ptx::wgmma_wait<0>();
+    c.hold_output();
+    st.release(st.v_empty(st.stage(b)));
+    ptx::barrier_arrive(st.p_empty(hb));
+  }
+  ptx::barrier_wait(st.scales_full(), Ring<1>::parity(items));
+  c.epilogue_with(st.out_scales());
+  ptx::barrier_arrive(st.scales_empty());
 }
 
 }  // namespace detail
@@ -251,18 +343,30 @@ __global__ void __launch_bounds__(ForwardTile<kK, kV>::kThreads, 1)
   }
 
   ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
-  const detail::Turns<Tile::kConsumers> turns(ptx::warpgroup_index() - 1);
-  uint32_t ring = 0, tiles = 0;
-  detail::for_each_work<Tile::BM, Tile::BN>(p, sched, [&](const detail::Work& w) {
-    if (!w.valid) return;
-    detail::Consumer<T, kK, kV> consumer(p.a, w, ptx::warpgroup_index() - 1, st.template q<T>());
-    if (w.blocks > 0) {
-      detail::consume(consumer, st, turns, w, ring, tiles, p.a.window);
-      ring += w.blocks, ++tiles;
-    }
-    consumer.epilogue();
-  });
-  turns.finish();
+  if constexpr (Tile::kSplitV) {
+    const bool scores = ptx::warpgroup_index() == 1;
+    uint32_t ring = 0, tiles = 0, items = 0;
+    detail::for_each_work<Tile::BM, Tile::BN>(p, sched, [&](const detail::Work& w) {
+      if (!w.valid) return;
+      if (scores) detail::score_half<T>(p, st, w, ring, tiles, items);
+      else detail::value_half<T>(p, st, w, ring, items);
+      if (w.blocks > 0) ring += w.blocks, ++tiles;
+      ++items;
+    });
+  } else {
+    const detail::Turns<Tile::kConsumers> turns(ptx::warpgroup_index() - 1);
+    uint32_t ring = 0, tiles = 0;
+    detail::for_each_work<Tile::BM, Tile::BN>(p, sched, [&](const detail::Work& w) {
+      if (!w.valid) return;
+      detail::Consumer<T, kK, kV> consumer(p.a, w, ptx::warpgroup_index() - 1, st.template q<T>());
+      if (w.blocks > 0) {
+        detail::consume(consumer, st, turns, w, ring, tiles, p.a.window, [](uint32_t, const auto&, float2) {});
+        ring += w.blocks, ++tiles;
+      }
+      consumer.epilogue();
+    });
+    turns.finish();
+  }
 #endif
 }
 

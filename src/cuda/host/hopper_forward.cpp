@@ -27,7 +27,8 @@ void with_tile(HeadDimBuckets b, F&& f) {
   if (b.k == 64) f(ForwardTile<64, 64>{});
   else if (b.k == 128) f(ForwardTile<128, 128>{});
   else if (b.k == 192) f(ForwardTile<192, 128>{});
-  else f(ForwardTile<256, 256>{});
+  else if (b.k == 256) f(ForwardTile<256, 256>{});
+  else f(ForwardTile<512, 512>{});
 }
 
 struct TileRows {
@@ -72,7 +73,7 @@ int section_heads(const cuda::AttentionParams& p, const DeviceFacts& dev, int ti
 
 std::string hopper_forward_refusal(const ForwardArgs& a, const detail::AttentionProblem& p) {
   if (a.q.dtype != DType::f16 && a.q.dtype != DType::bf16) return "takes fp16 and bf16 only";
-  if (cuda::hopper::forward_buckets(p.K, p.V).k == 0) return "takes head dims K and V up to 256 so far";
+  if (cuda::hopper::forward_buckets(p.K, p.V).k == 0) return "takes head dims K and V up to 512";
   if (p.K % 8 != 0 || p.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (p.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
   // The kernel numbers its (query tile, head) items and (sequence, head) pairs in 32 bits; an upper bound of both.

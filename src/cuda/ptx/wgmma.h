@@ -46,10 +46,29 @@ __device__ __forceinline__ unsigned char* swizzle_aligned(unsigned char* raw) {
 // Bytes of one 64-column block of a tile with `rows` rows (128 bytes a row).
 __host__ __device__ constexpr uint32_t swizzle_block_bytes(int rows) { return static_cast<uint32_t>(rows) * 128u; }
 
+// The byte offset of 16-byte chunk `chunk` (columns 8 chunk..) of row `row` inside a 64-column block of 128-byte rows
+// in that swizzle: the row's chunks are XOR-permuted by the row's place in its 8-row group (where ordinary stores put
+// an operand tile). The caller adds the bytes within the chunk.
+__host__ __device__ constexpr int swizzled_chunk(int row, int chunk) {
+  return row * 128 + ((chunk ^ (row & 7)) << 4);
+}
+
 // The descriptor of k-step `step` (16 columns) of a K-major tile of `rows` rows.
 __device__ __forceinline__ uint64_t k_major_descriptor(const void* tile, int rows, int step) {
   const char* base = static_cast<const char*>(tile) + (step / 4) * swizzle_block_bytes(rows) + (step % 4) * 32;
   return smem_descriptor(base, 16, 1024);
+}
+
+// k_major_descriptor(tile, rows, step) from k_major_descriptor(tile, rows, 0) by one add (the start address field,
+// bits 0-13 in 16-byte units, cannot carry: shared memory ends below 256 KB).
+__device__ __forceinline__ uint64_t descriptor_step(uint64_t first, int rows, int step) {
+  return first + (((step / 4) * swizzle_block_bytes(rows) + (step % 4) * 32) >> 4);
+}
+
+// A copy of `x` the compiler cannot see through: values made from it are not hoisted out of loops.
+__device__ __forceinline__ uint64_t opaque(uint64_t x) {
+  asm volatile("" : "+l"(x));
+  return x;
 }
 
 // The descriptor of k-step `step` (16 rows) of an MN-major tile of `rows` rows (N in 64-column blocks).

@@ -8,7 +8,7 @@ import pathlib
 import sys
 
 DTYPES = {"f16": "__half", "bf16": "__nv_bfloat16"}
-PAIRS = [(64, 64), (128, 128), (192, 128), (256, 256)]  # (K bucket, V bucket)
+PAIRS = [(64, 64), (128, 128), (192, 128), (256, 256), (512, 512)]  # (K bucket, V bucket)
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
