@@ -360,9 +360,11 @@ def test_hopper_forward(rng, dtype, dims, feature, layout):
 
 
 # The narrow kernel's buckets (D64, D128; padded and uneven pairs), then the wide kernel's: 192 / 128 (gate and sink
-# cases run in the 256 bucket), padded inside it, and the 256 bucket.
+# cases run in the 256 bucket), padded inside it, the 256 bucket, and the 512 bucket (pairs of CTAs; padded, and
+# with one half of K all padding).
 HOPPER_BACKWARD_DIMS = [(64, 64), (128, 128), (40, 40), (64, 128), (128, 64), (96, 96), (120, 24),
-                        (192, 128), (184, 120), (144, 64), (256, 256), (136, 200), (256, 64), (160, 160)]
+                        (192, 128), (184, 120), (144, 64), (256, 256), (136, 200), (256, 64), (160, 160),
+                        (512, 512), (320, 448), (64, 512)]
 
 
 @pytest.mark.parametrize("layout", ["dense", "packed"])
@@ -383,7 +385,7 @@ def test_hopper_backward(rng, dtype, dims, heads, feature, layout):
 
 @pytest.mark.parametrize("layout", ["dense", "packed"])
 @pytest.mark.parametrize("feature", ["none", "w65", "gate+window+sink"])
-@pytest.mark.parametrize("dims", [(64, 64), (128, 128), (96, 40), (192, 128), (256, 256)],
+@pytest.mark.parametrize("dims", [(64, 64), (128, 128), (96, 40), (192, 128), (256, 256), (512, 512)],
                          ids=lambda d: f"K{d[0]}V{d[1]}")
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
 def test_hopper_deterministic_backward(rng, dtype, dims, feature, layout):
