@@ -67,6 +67,10 @@ std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::Backw
   if (a.dtype != cuda::ElementType::f16 && a.dtype != cuda::ElementType::bf16) return "takes fp16 and bf16 only";
   if (p.K16 == 16) return "takes head dims K above 16";
   if (a.K > 512 || a.V > 512) return "takes head dims K and V up to 512";
+  // Where the exact-D pre-pass gives D, a row with one key has dS = P (dP - D) = 0 only when the dK/dV kernel sums
+  // S and dP in the pre-pass's (and the forward's) order: the 512 bucket's CTA pair adds two halves' sums instead.
+  if (p.exact_D && (a.K > 256 || a.V > 256))
+    return "takes rows that see at most 64 keys (exact D) with head dims up to 256 only";
   if (a.K % 8 != 0 || a.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (a.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
   const int64_t items = cuda::make_tile_schedule(a, hopper_dkdv_key_rows(p), nullptr).num_tiles * a.H;
