@@ -43,14 +43,14 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
 
   using KvRing = Ring<1>;  // one item a CTA: the producer's first wait_free passes at once
 
-  using Bars = bwd_detail::StepBarriers<kS>;  // then met; a pair: do_full, do_empty, xch_full[2][2], xch_empty[2][2]
+  using Bars = bwd_detail::StepBarriers<kS>;  // then met; a pair: do_full, do_empty, xch_full[2][2][2], xch_empty[2][2]
   unsigned char* base;
   static constexpr bool kMeets = kK != kV;  // the consumers run copies of their code of their own (Consumer's kMe)
   static constexpr bool kPaired = Tile::kPair == 2;
   // A pair's single stage loads dO and Q on barriers of their own (q_full / q_empty then hold Q alone): dO is free
   // once dV^T is made, before Q.
   static constexpr bool kDoApart = kPaired;
-  static constexpr int kBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kPaired ? 2 + 8 : 0);
+  static constexpr int kBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kPaired ? 2 + 12 : 0);
   // One consumer's exchange slot: its S and dP partials, [S | dP][kKeys / 8 float4 a thread][128 threads].
   static constexpr uint32_t kSlotBytes = Tile::kExchangeBytes / 4;
   using ExchangeRing = Ring<2>;
@@ -97,12 +97,14 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
     ptx::barrier_arrive(met());
     ptx::barrier_wait(met(), n & 1);
   }
-  // A pair: the dO stage's barriers, and consumer c's exchange slot's (full: the other CTA's partials landed; empty:
-  // the other CTA read what this one put into its slot).
+  // A pair: the dO stage's barriers, and consumer c's exchange slot's (full: the other CTA's partial S (which 0) or
+  // dP (which 1) landed; empty: the other CTA read what this one put into its slot).
   __device__ __forceinline__ uint64_t* do_full() const { return this->bars + Bars::kCount + (kMeets ? 1 : 0); }
   __device__ __forceinline__ uint64_t* do_empty() const { return do_full() + 1; }
-  __device__ __forceinline__ uint64_t* xch_full(int slot, int c) const { return do_full() + 2 + 2 * slot + c; }
-  __device__ __forceinline__ uint64_t* xch_empty(int slot, int c) const { return do_full() + 6 + 2 * slot + c; }
+  __device__ __forceinline__ uint64_t* xch_full(int slot, int c, int which) const {
+    return do_full() + 2 + 2 * (2 * slot + c) + which;
+  }
+  __device__ __forceinline__ uint64_t* xch_empty(int slot, int c) const { return do_full() + 10 + 2 * slot + c; }
 
   __device__ __forceinline__ void init() const {
     ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers);
@@ -114,8 +116,10 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
     if (kPaired) {
       ptx::barrier_init(do_full(), 1), ptx::barrier_init(do_empty(), kReleasers);
       for (int slot = 0; slot < 2; ++slot)
-        for (int c = 0; c < 2; ++c)
-          ptx::barrier_init(xch_full(slot, c), 1), ptx::barrier_init(xch_empty(slot, c), 4);
+        for (int c = 0; c < 2; ++c) {
+          ptx::barrier_init(xch_full(slot, c, 0), 1), ptx::barrier_init(xch_full(slot, c, 1), 1);
+          ptx::barrier_init(xch_empty(slot, c), 4);
+        }
     }
     ptx::fence_barrier_init();
   }
@@ -123,40 +127,59 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   __device__ __forceinline__ void release_do() const { this->release(do_empty()); }
 };
 
-// A pair's consumer me after its S and dP wgmmas (this CTA's half of the head dims): its partials go into the other
-// CTA's slot (stores that complete on that CTA's barrier), the other's are added to its own, so that both CTAs hold
-// the whole S and dP, the same bits (a + b either way round). Slot it % 2: the other CTA has long read what went
-// there two steps ago.
-template <int kK, int kV, int kS>
-__device__ __forceinline__ void exchange_partials(float (&s)[kS], float (&dp)[kS], const Buffers<kK, kV>& buf, int it,
-                                                  int me, uint32_t rank) {
+// A pair's consumer me swaps its partial S and dP (this CTA's half of the head dims) for the other CTA's, so that
+// both CTAs hold the whole S and dP, the same bits (a + b either way round): open_slot, then send each partial as
+// soon as its wgmmas are done and add the other's (receive) as late as it is needed, then free_slot. The partials go
+// into the other CTA's slot it % 2 by stores that complete on its barriers; what went there two steps ago is read.
+template <int kK, int kV>
+struct Exchange {
   using Buf = Buffers<kK, kV>;
-  static_assert(2 * kS * 4 * 128 == Buf::kSlotBytes, "a slot holds a consumer's S and dP");
-  const int slot = Buf::ExchangeRing::stage(it), t = ptx::warpgroup_thread();
-  const uint32_t other = rank ^ 1u;
-  uint64_t* const full = buf.xch_full(slot, me);
-  if (t == 0) ptx::barrier_arrive_expect(full, Buf::kSlotBytes);  // what the other CTA's consumer me sends
-  Buf::ExchangeRing::wait_free(buf.xch_empty(slot, me), it);
-  float4* const mine = buf.exchange(slot, me);
-  float* const theirs = ptx::peer_shared(reinterpret_cast<float*>(mine), other);
-  uint64_t* const theirs_full = ptx::peer_shared(full, other);
-#pragma unroll
-  for (int i = 0; i < kS / 4; ++i) {
-    const float a[4] = {s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]};
-    const float b[4] = {dp[4 * i], dp[4 * i + 1], dp[4 * i + 2], dp[4 * i + 3]};
-    ptx::store_to_peer(theirs + 4 * (i * 128 + t), a, theirs_full);
-    ptx::store_to_peer(theirs + 4 * ((kS / 4 + i) * 128 + t), b, theirs_full);
+  const Buf& buf;
+  const int slot, me, t;
+  const uint32_t other;  // the other CTA's rank
+  const int it;
+
+  __device__ __forceinline__ Exchange(const Buf& b, int step, int consumer, uint32_t rank)
+      : buf(b), slot(Buf::ExchangeRing::stage(step)), me(consumer), t(ptx::warpgroup_thread()), other(rank ^ 1u),
+        it(step) {}
+
+  // This step's receipts expected, and the other CTA done with what this one sent into the slot two steps ago.
+  __device__ __forceinline__ void open_slot() const {
+    if (t == 0)
+      for (int which = 0; which < 2; ++which) ptx::barrier_arrive_expect(buf.xch_full(slot, me, which), kPartBytes);
+    Buf::ExchangeRing::wait_free(buf.xch_empty(slot, me), it);
   }
-  ptx::barrier_wait(full, Buf::ExchangeRing::parity(it));
+  // Partial `which` (0: S, 1: dP) into the other CTA's slot.
+  template <int kS>
+  __device__ __forceinline__ void send(const float (&x)[kS], int which) const {
+    static_assert(2 * kS * 4 * 128 == Buf::kSlotBytes, "a slot holds a consumer's S and dP");
+    float* const theirs = ptx::peer_shared(reinterpret_cast<float*>(buf.exchange(slot, me)), other);
+    uint64_t* const theirs_full = ptx::peer_shared(buf.xch_full(slot, me, which), other);
 #pragma unroll
-  for (int i = 0; i < kS / 4; ++i) {
-    const float4 a = mine[i * 128 + t], b = mine[(kS / 4 + i) * 128 + t];
-    s[4 * i] += a.x, s[4 * i + 1] += a.y, s[4 * i + 2] += a.z, s[4 * i + 3] += a.w;
-    dp[4 * i] += b.x, dp[4 * i + 1] += b.y, dp[4 * i + 2] += b.z, dp[4 * i + 3] += b.w;
+    for (int i = 0; i < kS / 4; ++i) {
+      const float v[4] = {x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]};
+      ptx::store_to_peer(theirs + 4 * ((which * kS / 4 + i) * 128 + t), v, theirs_full);
+    }
   }
-  __syncwarp();  // every lane's reads are done before its warp frees the slot
-  if (threadIdx.x % 32 == 0) ptx::arrive_on_peer(ptx::peer_shared(buf.xch_empty(slot, me), other));
-}
+  // The other CTA's partial `which` added to x.
+  template <int kS>
+  __device__ __forceinline__ void receive(float (&x)[kS], int which) const {
+    ptx::barrier_wait(buf.xch_full(slot, me, which), Buf::ExchangeRing::parity(it));
+    const float4* const mine = buf.exchange(slot, me);
+#pragma unroll
+    for (int i = 0; i < kS / 4; ++i) {
+      const float4 a = mine[(which * kS / 4 + i) * 128 + t];
+      x[4 * i] += a.x, x[4 * i + 1] += a.y, x[4 * i + 2] += a.z, x[4 * i + 3] += a.w;
+    }
+  }
+  __device__ __forceinline__ void free_slot() const {
+    __syncwarp();  // every lane's reads are done before its warp frees the slot
+    if (threadIdx.x % 32 == 0) ptx::arrive_on_peer(ptx::peer_shared(buf.xch_empty(slot, me), other));
+  }
+
+ private:
+  static constexpr uint32_t kPartBytes = Buf::kSlotBytes / 2;
+};
 
 // Where both consumers own as many blocks of each kind (256 / 256), one copy of the consumer's code serves both (its
 // index only offsets the blocks); else each has its own (kMe; two copies of the code in the kernel).
@@ -475,20 +498,26 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     float sc[Tile::BN / 4], dp[Tile::BN / 4];
     ptx::wgmma_fence();
     c.issue_scores(sc, dp, buf, s);
-    if constexpr (kPaired) {  // P needs the whole S: the other half's partials first
+    ptx::wgmma_wait<1>();
+    ptx::wgmma_hold(sc);
+    // A pair: P needs the whole S, dS the whole dP. Each partial leaves once made, the other's comes in when needed.
+    const Exchange<kK, kV> swap(buf, it, me, static_cast<uint32_t>(rank));
+    if constexpr (kPaired) {
+      swap.open_slot();
+      swap.send(sc, 0);
       ptx::wgmma_wait<0>();
-      ptx::wgmma_hold(sc);
       ptx::wgmma_hold(dp);
-      exchange_partials(sc, dp, buf, it, me, static_cast<uint32_t>(rank));
-    } else {
-      ptx::wgmma_wait<1>();
-      ptx::wgmma_hold(sc);
+      swap.send(dp, 1);
+      swap.receive(sc, 0);
     }
     if (block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window))
       c.template probabilities<true>(sc, buf.terms(s), buf.key_terms(), st.i0);
     else
       c.template probabilities<false>(sc, buf.terms(s), buf.key_terms(), st.i0);
-    if constexpr (!kPaired) {
+    if constexpr (kPaired) {
+      swap.receive(dp, 1);
+      swap.free_slot();
+    } else {
       ptx::wgmma_wait<0>();
       ptx::wgmma_hold(dp);
     }
