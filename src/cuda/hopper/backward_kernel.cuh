@@ -216,25 +216,27 @@ __device__ __forceinline__ void produce(const DkdvParams& p, const Buf& buf, con
   for (int c = 0; c < Tile::kVBlocks; ++c)
     ptx::tma_load(buf.template v<T>() + c * Tile::BN * 64, &p.v_map, {col0 + c * 64, token0 + w.j0, hk, batch},
                   buf.kv_full());
+  // Step st's dO into stage s, completing on `full`.
+  const auto load_dout = [&](const Step& st, int s, uint64_t* full) {
+    const int32_t h = static_cast<int32_t>(st.h), row = token0 + st.i0;
+    for (int c = 0; c < Tile::kVBlocks; ++c)
+      ptx::tma_load(buf.template dout<T>(s) + c * Tile::BM * 64, &p.do_map, {col0 + c * 64, row, h, batch}, full);
+  };
   for (int it = 0; it < w.steps; ++it) {
     const Step st = step_of<Tile::BM>(p.b, w, it);
     const uint32_t n = step + it;
     const int s = buf.stage(n);
-    const int32_t h = static_cast<int32_t>(st.h), row = token0 + st.i0;
-    const auto load_dout = [&](uint64_t* full) {
-      for (int c = 0; c < Tile::kVBlocks; ++c)
-        ptx::tma_load(buf.template dout<T>(s) + c * Tile::BM * 64, &p.do_map, {col0 + c * 64, row, h, batch}, full);
-    };
     if constexpr (Buf::kDoApart) {  // dO first: it comes free first
       buf.wait_free(buf.do_empty(), n);
       ptx::barrier_arrive_expect(buf.do_full(), Tile::kDoBytes);
-      load_dout(buf.do_full());
+      load_dout(st, s, buf.do_full());
     }
     buf.wait_free(buf.q_empty(s), n);
     ptx::barrier_arrive_expect(buf.q_full(s), Tile::kQBytes + (Buf::kDoApart ? 0 : Tile::kDoBytes));
+    const int32_t h = static_cast<int32_t>(st.h), row = token0 + st.i0;
     for (int c = 0; c < Tile::kKBlocks; ++c)
       ptx::tma_load(buf.template q<T>(s) + c * Tile::BM * 64, &p.q_map, {col0 + c * 64, row, h, batch}, buf.q_full(s));
-    if constexpr (!Buf::kDoApart) load_dout(buf.q_full(s));
+    if constexpr (!Buf::kDoApart) load_dout(st, s, buf.q_full(s));
   }
 }
 

@@ -592,28 +592,32 @@ __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
   if constexpr (kPaired) ptx::cluster_sync();
   else __syncthreads();
 
-  // Nothing stays live across setmaxnreg (ptxas would spill it): each role derives its work afterwards. A pair's
-  // threads all stay to the end, where a cluster barrier keeps each CTA's shared memory alive while the other may
-  // still write into it.
+  // A pair's threads all leave through a cluster barrier, which keeps each CTA's shared memory alive while the other
+  // may still write into it.
+  const auto leave = [] {
+    if constexpr (kPaired) ptx::cluster_sync();
+  };
+
+  // Nothing stays live across setmaxnreg (ptxas would spill it): each role derives its work afterwards.
   if (threadIdx.x < 128) {
     ptx::setmaxnreg_dec<Tile::kProducerRegs>();
     const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
     const int warp = threadIdx.x / 32;
+    if (w.steps == 0) return leave();  // nobody would wait for its copies
     const int col0 = kPaired ? Tile::kCtaK * static_cast<int>(ptx::cluster_rank()) : 0;
-    if (w.steps > 0) {  // else nobody would wait for its copies
-      if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0, col0);
-      else if (warp == 1) bwd_detail::stage_terms(p.b, buf, w, 0);
-    }
-  } else {
-    ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
-    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
-    const int me = ptx::warpgroup_index() - 1;
-    const int rank = kPaired ? static_cast<int>(ptx::cluster_rank()) : 0;
-    if constexpr (kK == kV) bwd_wide::consume<T, kK, kV, kRowSums, bwd_wide::kEitherConsumer>(p, w, buf, me, rank);
-    else if (me == 0) bwd_wide::consume<T, kK, kV, kRowSums, 0>(p, w, buf, 0, rank);
-    else bwd_wide::consume<T, kK, kV, kRowSums, 1>(p, w, buf, 1, rank);
+    if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0, col0);
+    else if (warp == 1) bwd_detail::stage_terms(p.b, buf, w, 0);
+    return leave();
   }
-  if constexpr (kPaired) ptx::cluster_sync();
+
+  ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
+  const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+  const int me = ptx::warpgroup_index() - 1;
+  const int rank = kPaired ? static_cast<int>(ptx::cluster_rank()) : 0;
+  if constexpr (kK == kV) bwd_wide::consume<T, kK, kV, kRowSums, bwd_wide::kEitherConsumer>(p, w, buf, me, rank);
+  else if (me == 0) bwd_wide::consume<T, kK, kV, kRowSums, 0>(p, w, buf, 0, rank);
+  else bwd_wide::consume<T, kK, kV, kRowSums, 1>(p, w, buf, 1, rank);
+  leave();
 #endif
 }
 
