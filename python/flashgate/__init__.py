@@ -43,9 +43,9 @@ def parallel_attn(q, k, v, g=None, scale=None, window_size=None, cu_seqlens=None
     sink_bias: optional [HQ] logits adding exp(sink) to each softmax denominator (GPT-OSS sinks).
     return_lse: also return lse [B,T,HQ] (natural log, float32; not differentiable).
     deterministic: bitwise-reproducible gradients. backend: 'auto', 'cpu', 'cuda', or 'hopper' (sm90a kernels,
-    when built: fp16/bf16, the forward with K and V up to 512 and the backward up to 256, which 'auto' takes on sm_90
-    GPUs; forcing it where it cannot serve raises, and in a build without them it raises NotImplementedError naming it
-    as not built).
+    when built: the forward and backward for fp16/bf16 with K and V up to 512, which 'auto' takes on sm_90 GPUs;
+    forcing it where it cannot serve raises, and in a build without them it raises NotImplementedError naming it as
+    not built).
     Returns o [B,T,HQ,V] in q's dtype (and lse). Gradients flow to q, k, v, g and sink_bias (torch).
     """
     return _backend_of(q).parallel_attn(q, k, v, g, scale, window_size, cu_seqlens, sink_bias=sink_bias,

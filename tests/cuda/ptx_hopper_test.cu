@@ -5,7 +5,10 @@
 //     MN-major (transposed B), against host matmuls, for bf16 and f16 and several N;
 //   - a warp-specialised pipeline: a producer warpgroup (setmaxnreg down) streams tiles through a two-stage
 //     ring of full/empty mbarriers, two consumer warpgroups (setmaxnreg up) take turns by named barriers
-//     (ping-pong); the sums and the order of turns are checked.
+//     (ping-pong); the sums and the order of turns are checked;
+//   - a cluster of two CTAs that swap blocks of floats every round through each other's shared memory (stores that
+//     complete on the receiver's mbarrier, two slots freed by arrivals on the sender's), as the paired backward
+//     swaps its partial S and dP.
 // Every kernel is compiled for sm_90a only (other passes get an empty body); the tests skip on other GPUs.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "cuda/host/tensor_map.h"
+#include "cuda/ptx/cluster.h"
 #include "cuda/ptx/tma.h"
 #include "cuda/ptx/warpgroup.h"
 #include "cuda/ptx/wgmma.h"
@@ -305,6 +309,66 @@ TEST(PtxHopper, WarpSpecialisedRingWithPingPong) {
     EXPECT_NEAR(got[t], want, 1e-3 * (1 + std::fabs(want))) << "tile " << t;
     EXPECT_EQ(turns[t], 100 * (t % 2) + t) << "tile " << t << " was summed out of turn";
   }
+}
+
+constexpr int kRounds = 7, kSwapFloats = 4 * 128;  // per round, each CTA sends a float4 from each of 128 threads
+
+// CTA r of a 2-CTA cluster sends in[r][round][...] to the other each round, into slot round % 2 of the other's
+// buffer, and writes what it received to out[r][round][...]. Slot reuse waits for the other's reads (empty), so a
+// block never overwrites what is not yet read.
+__global__ void __launch_bounds__(128, 1) swap_kernel(const float* in, float* out) {
+#if FG_SM90A_BODY
+  __shared__ alignas(16) float slots[2][kSwapFloats];
+  __shared__ alignas(8) uint64_t full[2], empty[2];
+  const int t = threadIdx.x;
+  const uint32_t rank = ptx::cluster_rank(), other = rank ^ 1u;
+  if (t == 0) {
+    for (int s = 0; s < 2; ++s) ptx::barrier_init(&full[s], 1), ptx::barrier_init(&empty[s], 4);
+    ptx::fence_barrier_init();
+  }
+  ptx::cluster_sync();
+  for (int round = 0; round < kRounds; ++round) {
+    const int s = round % 2;
+    if (t == 0) ptx::barrier_arrive_expect(&full[s], kSwapFloats * 4);
+    if (round >= 2) ptx::barrier_wait(&empty[s], ((round / 2) - 1) & 1);  // the other read this slot's last block
+    const float* mine = in + (static_cast<size_t>(rank) * kRounds + round) * kSwapFloats + 4 * t;
+    const float v[4] = {mine[0], mine[1], mine[2], mine[3]};
+    ptx::store_to_peer(ptx::peer_shared(&slots[s][4 * t], other), v, ptx::peer_shared(&full[s], other));
+    ptx::barrier_wait(&full[s], (round / 2) & 1);
+    float* got = out + (static_cast<size_t>(rank) * kRounds + round) * kSwapFloats + 4 * t;
+    for (int i = 0; i < 4; ++i) got[i] = slots[s][4 * t + i];
+    __syncwarp();
+    if (t % 32 == 0) ptx::arrive_on_peer(ptx::peer_shared(&empty[s], other));
+  }
+  ptx::cluster_sync();  // neither CTA leaves while the other may still arrive on its barriers
+#endif
+}
+
+TEST(PtxHopper, ClusterPairSwapsThroughSharedMemory) {
+  FLASHGATE_REQUIRE_SM90();
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> data(2 * kRounds * kSwapFloats);
+  for (float& x : data) x = normal(rng);
+  DeviceVector<float> in(data);
+  DeviceVector<float> out(std::vector<float>(data.size(), std::nanf("")));  // poisoned
+  cudaLaunchAttribute cluster[1] = {};
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 2, cluster[0].val.clusterDim.y = 1, cluster[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(2), config.blockDim = dim3(128), config.attrs = cluster, config.numAttrs = 1;
+  ASSERT_EQ(cudaLaunchKernelEx(&config, swap_kernel, static_cast<const float*>(in.ptr), out.ptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> got = out.get();
+  for (int r = 0; r < 2; ++r)
+    for (int round = 0; round < kRounds; ++round)
+      for (int i = 0; i < kSwapFloats; ++i) {
+        const size_t at = (static_cast<size_t>(r) * kRounds + round) * kSwapFloats + i;
+        const size_t sent = (static_cast<size_t>(r ^ 1) * kRounds + round) * kSwapFloats + i;
+        ASSERT_EQ(got[at], data[sent]) << "CTA " << r << " round " << round << " float " << i;
+      }
 }
 
 }  // namespace

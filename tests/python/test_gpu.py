@@ -360,9 +360,19 @@ def test_hopper_forward(rng, dtype, dims, feature, layout):
 
 
 # The narrow kernel's buckets (D64, D128; padded and uneven pairs), then the wide kernel's: 192 / 128 (gate and sink
-# cases run in the 256 bucket), padded inside it, and the 256 bucket.
+# cases run in the 256 bucket), padded inside it, the 256 bucket, and the 512 bucket (pairs of CTAs; padded, and
+# with one half of K all padding).
 HOPPER_BACKWARD_DIMS = [(64, 64), (128, 128), (40, 40), (64, 128), (128, 64), (96, 96), (120, 24),
-                        (192, 128), (184, 120), (144, 64), (256, 256), (136, 200), (256, 64), (160, 160)]
+                        (192, 128), (184, 120), (144, 64), (256, 256), (136, 200), (256, 64), (160, 160),
+                        (512, 512), (320, 448), (64, 512)]
+
+
+def hopper_or_auto(K, V, feature):
+    """The backend a Hopper backward test forces: 'hopper', except where rows see at most 64 keys (windows up to 64)
+    at head dims above 256. There D comes from the exact-D pre-pass, which the 512 bucket's CTA pair does not match
+    term for term (it sums S and dP by halves), so the Hopper backward refuses and `auto` runs the portable one."""
+    window = FEATURES[feature].get("window")
+    return "auto" if max(K, V) > 256 and window is not None and window <= 64 else "hopper"
 
 
 @pytest.mark.parametrize("layout", ["dense", "packed"])
@@ -378,12 +388,23 @@ def test_hopper_backward(rng, dtype, dims, heads, feature, layout):
     HQ, H = heads
     cu = [0, 0, 15, 100, 300, 700] if layout == "packed" else None
     B, T = (1, cu[-1]) if cu else (2, 300)
-    check_attention(rng, dtype, B, T, HQ, H, K, V, cu=cu, backend="hopper", **FEATURES[feature])
+    check_attention(rng, dtype, B, T, HQ, H, K, V, cu=cu, backend=hopper_or_auto(K, V, feature), **FEATURES[feature])
+
+
+def test_hopper_backward_refuses_exact_d_above_256(rng):
+    """Forced onto the Hopper backward, a window of 1 at K = V = 512 says why it cannot run (hopper_or_auto)."""
+    if not hopper_built():
+        pytest.skip("the Hopper kernels are not built into this library (or this GPU is not sm_90)")
+    q = rng.randn((1, 100, 2, 512), BF16).requires_grad_()
+    k, v = rng.randn((1, 100, 2, 512), BF16), rng.randn((1, 100, 2, 512), BF16)
+    o = flashgate.parallel_attn(q, k, v, window_size=1, backend="hopper")
+    with pytest.raises(NotImplementedError, match=r"at most 64 keys"):
+        o.backward(torch.randn_like(o))
 
 
 @pytest.mark.parametrize("layout", ["dense", "packed"])
 @pytest.mark.parametrize("feature", ["none", "w65", "gate+window+sink"])
-@pytest.mark.parametrize("dims", [(64, 64), (128, 128), (96, 40), (192, 128), (256, 256)],
+@pytest.mark.parametrize("dims", [(64, 64), (128, 128), (96, 40), (192, 128), (256, 256), (512, 512)],
                          ids=lambda d: f"K{d[0]}V{d[1]}")
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
 def test_hopper_deterministic_backward(rng, dtype, dims, feature, layout):
@@ -394,8 +415,8 @@ def test_hopper_deterministic_backward(rng, dtype, dims, feature, layout):
     K, V = dims
     cu = [0, 0, 15, 100, 300, 1200, 2000] if layout == "packed" else None
     B, T = (1, cu[-1]) if cu else (2, 1000)
-    check_attention(rng, dtype, B, T, 8, 2, K, V, cu=cu, deterministic=True, backend="hopper", repeats=3,
-                    **FEATURES[feature])
+    check_attention(rng, dtype, B, T, 8, 2, K, V, cu=cu, deterministic=True, backend=hopper_or_auto(K, V, feature),
+                    repeats=3, **FEATURES[feature])
 
 
 # ---- exact gradients where one key holds a row's mass (SPEC 7's tiny and peaked cases) -----------------------

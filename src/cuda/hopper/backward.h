@@ -56,34 +56,46 @@ struct DkdvTile {
   static_assert(smem_bytes() <= 227 * 1024, "the Hopper backward's buffers exceed shared memory");
 };
 
-// The wide buckets (K or V above 128, backward_wide_kernel.cuh): K, V up to 256, and K up to 192 with V up to 128
-// (that common shape in the 256 bucket would do 1.6x its FLOPs). dK and dV of 64 keys do not fit one consumer's
+// The wide buckets (K or V above 128, backward_wide_kernel.cuh): K, V up to 256 or 512, and K up to 192 with V up
+// to 128 (that common shape in the 256 bucket would do 1.6x its FLOPs). dK and dV of 64 keys do not fit one consumer's
 // registers, so the two consumers split the head dims instead of the keys. A CTA's item is BN = 64 keys of one kv
 // head; per step of BM = 64 query rows each consumer makes S and dP for 32 of the keys (queries as rows), both write
 // P and dS into shared memory, and then each accumulates dV^T = dO^T P and dK^T = Q^T dS for its 64-dim blocks of
 // the head dims (as rows, 64 keys as columns) and makes dQ = dS K for its 64-column blocks of the 64 query rows.
+//
+// 512 / 512 (K or V above 256) pairs two CTAs in a cluster on one item, each with half of the head dims: a CTA holds
+// its halves of K, V, Q and dO, makes S and dP over its half (partial sums), hands its partials to the other CTA by
+// stores into its shared memory and adds the other's, so that both have the whole S and dP and make the same P and
+// dS; from there each works as the 256 / 256 kernel on its half (dV^T, dK^T, dQ's columns). The halves leave room for
+// one Q / dO stage only: dO is released once dV^T is made and Q once dK^T is, so that each reloads under the step's
+// later products.
 template <int kK, int kV>
 struct DkdvWideTile {
-  static constexpr int BN = 64, BM = 64, kStages = 2, kKBlocks = kK / 64, kVBlocks = kV / 64;
+  static constexpr int kPair = kK > 256 || kV > 256 ? 2 : 1;  // CTAs on one item (a cluster), each a head-dim half
+  static constexpr int kCtaK = kK / kPair, kCtaV = kV / kPair;  // the head dims a CTA holds
+  static constexpr int BN = 64, BM = 64, kStages = kPair == 2 ? 1 : 2, kKBlocks = kCtaK / 64, kVBlocks = kCtaV / 64;
   static constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240;
   // Whether the bucket serves the row sums (a gate or a sink): 192 / 128's row-sum variant has ptxas serialize its
   // wgmmas (C7514), so those cases take the 256 bucket.
   static constexpr bool kServesRowSums = kK == kV;
-  static constexpr uint32_t kKBytes = BN * kK * 2, kVBytes = BN * kV * 2, kPBytes = BM * BN * 2;
-  static constexpr uint32_t kQBytes = BM * kK * 2, kDoBytes = BM * kV * 2;
+  static constexpr uint32_t kKBytes = BN * kCtaK * 2, kVBytes = BN * kCtaV * 2, kPBytes = BM * BN * 2;
+  static constexpr uint32_t kQBytes = BM * kCtaK * 2, kDoBytes = BM * kCtaV * 2;
   static constexpr uint32_t kTermBytes = 2 * BM * 4;
   static constexpr uint32_t kSumBytes = 2 * 2 * 2 * BM * 4;  // E and mass partials of both consumers, two buffers
   static constexpr uint32_t kColsumBytes = 2 * 4 * 32 * 4;   // the gate's column-sum partials per consumer warp
   static constexpr uint32_t kKeyTermBytes = BN * 4;          // the gate's key terms of the current query head
+  // A pair's partial S and dP from the other CTA: two slots (by step parity) of [consumer][S | dP][BM x BN / 2] fp32.
+  static constexpr uint32_t kExchangeBytes = kPair == 2 ? 2 * 2 * 2 * (BM * BN / 2) * 4 : 0;
   static constexpr size_t bytes_with(int pds_buffers) {
     return kKBytes + kVBytes + kStages * (kQBytes + kDoBytes) + pds_buffers * 2 * kPBytes + kStages * kTermBytes +
-           kSumBytes + kColsumBytes + kKeyTermBytes + 1024;
+           kSumBytes + kColsumBytes + kKeyTermBytes + kExchangeBytes + 1024;
   }
   // P and dS in two buffers where shared memory allows (192 / 128): a step then writes the buffer that the step two
   // back read, which the last step's barrier already waited for, and needs no barrier of its own for it.
   static constexpr int kPdsBuffers = bytes_with(2) <= 227 * 1024 ? 2 : 1;
   static constexpr size_t smem_bytes() { return bytes_with(kPdsBuffers); }
-  static_assert((kK == 256 && kV == 256) || (kK == 192 && kV == 128), "head dims of the wide Hopper backward");
+  static_assert((kK == kV && (kK == 256 || kK == 512)) || (kK == 192 && kV == 128),
+                "head dims of the wide Hopper backward");
   static_assert(register_split_fits(3, kProducerRegs, kConsumerRegs), "register budget of the wide Hopper backward");
   static_assert(smem_bytes() <= 227 * 1024, "the wide Hopper backward's buffers exceed shared memory");
 };

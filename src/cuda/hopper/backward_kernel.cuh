@@ -132,6 +132,7 @@ __device__ __forceinline__ void end_dq_turn(int* counter) {
 template <int kS>
 struct StepBarriers {
   static constexpr int kCount = 2 + 4 * kS;
+  static constexpr bool kDoApart = false;  // dO on q_full / q_empty with Q (a buffers type may load it apart)
   uint64_t* bars;
   __device__ __forceinline__ uint64_t* kv_full() const { return bars; }
   __device__ __forceinline__ uint64_t* kv_empty() const { return bars + 1; }
@@ -199,30 +200,43 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
   __device__ __forceinline__ void release_q(int s) const { this->release(q_empty(s)); }
 };
 
-// The producer's lane: per item with steps, K and V, then Q and dO of every step (`step` counts the CTA's steps).
+// The producer's lane: per item with steps, K and V, then Q and dO of every step (`step` counts the CTA's steps),
+// head-dim columns col0.. (a pair's half).
 template <class T, class Buf>
 __device__ __forceinline__ void produce(const DkdvParams& p, const Buf& buf, const KeyWork& w, uint32_t item_n,
-                                        uint32_t step) {
+                                        uint32_t step, int col0 = 0) {
   using Tile = typename Buf::Tile;
   const int32_t token0 = static_cast<int32_t>(w.seq.start), batch = static_cast<int32_t>(w.seq.batch);
   const int32_t hk = static_cast<int32_t>(w.hk);
   Buf::KvRing::wait_free(buf.kv_empty(), item_n);  // the consumers are done with the last item's K and V
   ptx::barrier_arrive_expect(buf.kv_full(), Tile::kKBytes + Tile::kVBytes);
   for (int c = 0; c < Tile::kKBlocks; ++c)
-    ptx::tma_load(buf.template k<T>() + c * Tile::BN * 64, &p.k_map, {c * 64, token0 + w.j0, hk, batch}, buf.kv_full());
+    ptx::tma_load(buf.template k<T>() + c * Tile::BN * 64, &p.k_map, {col0 + c * 64, token0 + w.j0, hk, batch},
+                  buf.kv_full());
   for (int c = 0; c < Tile::kVBlocks; ++c)
-    ptx::tma_load(buf.template v<T>() + c * Tile::BN * 64, &p.v_map, {c * 64, token0 + w.j0, hk, batch}, buf.kv_full());
+    ptx::tma_load(buf.template v<T>() + c * Tile::BN * 64, &p.v_map, {col0 + c * 64, token0 + w.j0, hk, batch},
+                  buf.kv_full());
+  // Step st's dO into stage s, completing on `full`.
+  const auto load_dout = [&](const Step& st, int s, uint64_t* full) {
+    const int32_t h = static_cast<int32_t>(st.h), row = token0 + st.i0;
+    for (int c = 0; c < Tile::kVBlocks; ++c)
+      ptx::tma_load(buf.template dout<T>(s) + c * Tile::BM * 64, &p.do_map, {col0 + c * 64, row, h, batch}, full);
+  };
   for (int it = 0; it < w.steps; ++it) {
     const Step st = step_of<Tile::BM>(p.b, w, it);
     const uint32_t n = step + it;
     const int s = buf.stage(n);
+    if constexpr (Buf::kDoApart) {  // dO first: it comes free first
+      buf.wait_free(buf.do_empty(), n);
+      ptx::barrier_arrive_expect(buf.do_full(), Tile::kDoBytes);
+      load_dout(st, s, buf.do_full());
+    }
     buf.wait_free(buf.q_empty(s), n);
-    ptx::barrier_arrive_expect(buf.q_full(s), Tile::kQBytes + Tile::kDoBytes);
+    ptx::barrier_arrive_expect(buf.q_full(s), Tile::kQBytes + (Buf::kDoApart ? 0 : Tile::kDoBytes));
     const int32_t h = static_cast<int32_t>(st.h), row = token0 + st.i0;
     for (int c = 0; c < Tile::kKBlocks; ++c)
-      ptx::tma_load(buf.template q<T>(s) + c * Tile::BM * 64, &p.q_map, {c * 64, row, h, batch}, buf.q_full(s));
-    for (int c = 0; c < Tile::kVBlocks; ++c)
-      ptx::tma_load(buf.template dout<T>(s) + c * Tile::BM * 64, &p.do_map, {c * 64, row, h, batch}, buf.q_full(s));
+      ptx::tma_load(buf.template q<T>(s) + c * Tile::BM * 64, &p.q_map, {col0 + c * 64, row, h, batch}, buf.q_full(s));
+    if constexpr (!Buf::kDoApart) load_dout(st, s, buf.q_full(s));
   }
 }
 

@@ -1,7 +1,8 @@
 // The Hopper backward's wide buckets (sm_90a): dK, dV of one key tile of 64 keys and one kv head for K and V up to
-// 256, or K up to 192 with V up to 128; fp16/bf16, both modes; dQ added into the fp32 accumulator; with kRowSums (a
-// gate or a sink) also the row sums E (and, with a gate, the mass) and the gate's column sums of dS. Its shape is
-// backward.h's DkdvWideTile: the two consumers split the keys for S and dP and the head dims for dV, dK and dQ.
+// 256 or 512 (a pair of CTAs, each with half of the head dims), or K up to 192 with V up to 128; fp16/bf16, both
+// modes; dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row sums E (and, with a gate,
+// the mass) and the gate's column sums of dS. Its shape is backward.h's DkdvWideTile: the two consumers split the
+// keys for S and dP and the head dims for dV, dK and dQ.
 //
 // Warpgroup 0 produces exactly as in the narrow kernel (backward_kernel.cuh: bwd_detail::produce, stage_terms).
 // A consumer's step: S and dP of its 32 keys (queries as rows, P made while dP runs), dS; once the other consumer
@@ -9,16 +10,20 @@
 // dV^T += dO^T P and dK^T += Q^T dS for its 64-dim blocks and dQ = dS K for its 64-column blocks; dK and dV leave
 // through shared memory at the end. Each consumer owns a range of blocks of each kind so that both make as many:
 // 256 / 256 halves every kind; 192 / 128 gives consumer 0 dK and dQ blocks 0-1, consumer 1 dK and dQ block 2 and dV
-// blocks 0-1.
+// blocks 0-1. A pair (512 / 512) is two 256 / 256 CTAs on the two halves of the head dims that swap their partial S
+// and dP each step (exchange_partials) and make the same P and dS from the sums.
 //
-// Shared memory: K [kK/64][64 keys][64], V [kV/64][64 keys][64]; per stage Q [kK/64][64 rows][64], dO [kV/64][64
-// rows][64]; P, dS [64 rows][64 keys] (per P / dS buffer); the terms [stage][lse | D][64]; the row sums' partials [2][consumer][E |
-// mass][64] and the column sums' [consumer][warp][32], the gate's key terms [64]. Every 64-column block 128-byte
-// swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts): P and dS serve as MN-major B operands of dV^T
-// and dK^T (rows: the K dimension, the queries) and dS as the K-major A operand of dQ (rows: M, the queries).
+// Shared memory (kK, kV: the CTA's head dims, a pair's half): K [kK/64][64 keys][64], V [kV/64][64 keys][64]; per
+// stage Q [kK/64][64 rows][64], dO [kV/64][64 rows][64]; P, dS [64 rows][64 keys] (per P / dS buffer); a pair's
+// exchange slots [2][consumer][S | dP][4 float4][128 threads]; the terms [stage][lse | D][64]; the row sums'
+// partials [2][consumer][E | mass][64] and the column sums' [consumer][warp][32], the gate's key terms [64]. Every
+// 64-column block 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts): P and dS serve as MN-
+// major B operands of dV^T and dK^T (rows: the K dimension, the queries) and dS as the K-major A operand of dQ
+// (rows: M, the queries).
 #pragma once
 
 #include "cuda/hopper/backward_kernel.cuh"
+#include "cuda/ptx/cluster.h"
 
 namespace flashgate::cuda::hopper {
 
@@ -38,10 +43,17 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
 
   using KvRing = Ring<1>;  // one item a CTA: the producer's first wait_free passes at once
 
-  using Bars = bwd_detail::StepBarriers<kS>;  // then met
+  using Bars = bwd_detail::StepBarriers<kS>;  // then met; a pair: do_full, do_empty, xch_full[2][2][2], xch_empty[2][2]
   unsigned char* base;
   static constexpr bool kMeets = kK != kV;  // the consumers run copies of their code of their own (Consumer's kMe)
-  static constexpr int kBarriers = Bars::kCount + (kMeets ? 1 : 0);
+  static constexpr bool kPaired = Tile::kPair == 2;
+  // A pair's single stage loads dO and Q on barriers of their own (q_full / q_empty then hold Q alone): dO is free
+  // once dV^T is made, before Q.
+  static constexpr bool kDoApart = kPaired;
+  static constexpr int kBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kPaired ? 2 + 12 : 0);
+  // One consumer's exchange slot: its S and dP partials, [S | dP][kKeys / 8 float4 a thread][128 threads].
+  static constexpr uint32_t kSlotBytes = Tile::kExchangeBytes / 4;
+  using ExchangeRing = Ring<2>;
 
   template <class T>
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
@@ -60,10 +72,15 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
     return reinterpret_cast<T*>(base + Tile::kKBytes + Tile::kVBytes + kS * kStageBytes +
                                 (2 * buffer + which) * Tile::kPBytes);
   }
+  // A pair: consumer c's exchange slot `slot`, where the other CTA's consumer c puts its partial S and dP.
+  __device__ __forceinline__ float4* exchange(int slot, int c) const {
+    return reinterpret_cast<float4*>(base + Tile::kKBytes + Tile::kVBytes + kS * kStageBytes +
+                                     Tile::kPdsBuffers * 2 * Tile::kPBytes + (2 * slot + c) * kSlotBytes);
+  }
   // The row offsets r[BM] then D[BM] of stage s.
   __device__ __forceinline__ float* terms(int s) const {
     return reinterpret_cast<float*>(base + Tile::kKBytes + Tile::kVBytes + kS * kStageBytes +
-                                    Tile::kPdsBuffers * 2 * Tile::kPBytes) +
+                                    Tile::kPdsBuffers * 2 * Tile::kPBytes + Tile::kExchangeBytes) +
            s * 2 * Tile::BM;
   }
   // The consumers' partial E and mass of step b's rows (two buffers by step parity), [consumer][E | mass][BM].
@@ -80,6 +97,14 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
     ptx::barrier_arrive(met());
     ptx::barrier_wait(met(), n & 1);
   }
+  // A pair: the dO stage's barriers, and consumer c's exchange slot's (full: the other CTA's partial S (which 0) or
+  // dP (which 1) landed; empty: the other CTA read what this one put into its slot).
+  __device__ __forceinline__ uint64_t* do_full() const { return this->bars + Bars::kCount + (kMeets ? 1 : 0); }
+  __device__ __forceinline__ uint64_t* do_empty() const { return do_full() + 1; }
+  __device__ __forceinline__ uint64_t* xch_full(int slot, int c, int which) const {
+    return do_full() + 2 + 2 * (2 * slot + c) + which;
+  }
+  __device__ __forceinline__ uint64_t* xch_empty(int slot, int c) const { return do_full() + 10 + 2 * slot + c; }
 
   __device__ __forceinline__ void init() const {
     ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers);
@@ -88,9 +113,72 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
       ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
     }
     if (kMeets) ptx::barrier_init(met(), 256);
+    if (kPaired) {
+      ptx::barrier_init(do_full(), 1), ptx::barrier_init(do_empty(), kReleasers);
+      for (int slot = 0; slot < 2; ++slot)
+        for (int c = 0; c < 2; ++c) {
+          ptx::barrier_init(xch_full(slot, c, 0), 1), ptx::barrier_init(xch_full(slot, c, 1), 1);
+          ptx::barrier_init(xch_empty(slot, c), 4);
+        }
+    }
     ptx::fence_barrier_init();
   }
   __device__ __forceinline__ void release_q(int s) const { this->release(q_empty(s)); }
+  __device__ __forceinline__ void release_do() const { this->release(do_empty()); }
+};
+
+// A pair's consumer me swaps its partial S and dP (this CTA's half of the head dims) for the other CTA's, so that
+// both CTAs hold the whole S and dP, the same bits (a + b either way round): open_slot, then send each partial as
+// soon as its wgmmas are done and add the other's (receive) as late as it is needed, then free_slot. The partials go
+// into the other CTA's slot it % 2 by stores that complete on its barriers; what went there two steps ago is read.
+template <int kK, int kV>
+struct Exchange {
+  using Buf = Buffers<kK, kV>;
+  const Buf& buf;
+  const int slot, me, t;
+  const uint32_t other;  // the other CTA's rank
+  const int it;
+
+  __device__ __forceinline__ Exchange(const Buf& b, int step, int consumer, uint32_t rank)
+      : buf(b), slot(Buf::ExchangeRing::stage(step)), me(consumer), t(ptx::warpgroup_thread()), other(rank ^ 1u),
+        it(step) {}
+
+  // This step's receipts expected, and the other CTA done with what this one sent into the slot two steps ago.
+  __device__ __forceinline__ void open_slot() const {
+    if (t == 0)
+      for (int which = 0; which < 2; ++which) ptx::barrier_arrive_expect(buf.xch_full(slot, me, which), kPartBytes);
+    Buf::ExchangeRing::wait_free(buf.xch_empty(slot, me), it);
+  }
+  // Partial `which` (0: S, 1: dP) into the other CTA's slot.
+  template <int kS>
+  __device__ __forceinline__ void send(const float (&x)[kS], int which) const {
+    static_assert(2 * kS * 4 * 128 == Buf::kSlotBytes, "a slot holds a consumer's S and dP");
+    float* const theirs = ptx::peer_shared(reinterpret_cast<float*>(buf.exchange(slot, me)), other);
+    uint64_t* const theirs_full = ptx::peer_shared(buf.xch_full(slot, me, which), other);
+#pragma unroll
+    for (int i = 0; i < kS / 4; ++i) {
+      const float v[4] = {x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]};
+      ptx::store_to_peer(theirs + 4 * ((which * kS / 4 + i) * 128 + t), v, theirs_full);
+    }
+  }
+  // The other CTA's partial `which` added to x.
+  template <int kS>
+  __device__ __forceinline__ void receive(float (&x)[kS], int which) const {
+    ptx::barrier_wait(buf.xch_full(slot, me, which), Buf::ExchangeRing::parity(it));
+    const float4* const mine = buf.exchange(slot, me);
+#pragma unroll
+    for (int i = 0; i < kS / 4; ++i) {
+      const float4 a = mine[(which * kS / 4 + i) * 128 + t];
+      x[4 * i] += a.x, x[4 * i + 1] += a.y, x[4 * i + 2] += a.z, x[4 * i + 3] += a.w;
+    }
+  }
+  __device__ __forceinline__ void free_slot() const {
+    __syncwarp();  // every lane's reads are done before its warp frees the slot
+    if (threadIdx.x % 32 == 0) ptx::arrive_on_peer(ptx::peer_shared(buf.xch_empty(slot, me), other));
+  }
+
+ private:
+  static constexpr uint32_t kPartBytes = Buf::kSlotBytes / 2;
 };
 
 // Where both consumers own as many blocks of each kind (256 / 256), one copy of the consumer's code serves both (its
@@ -107,7 +195,8 @@ class Consumer {
   static constexpr int BM = Tile::BM, BN = Tile::BN;
   static constexpr int kKeys = BN / 2;  // S, dP columns of this consumer
   static constexpr int kS = kKeys / 2;  // S, dP accumulators per thread (m64n32)
-  static constexpr bool kSquare = kK == kV;  // 256 / 256, else 192 / 128
+  static constexpr bool kSquare = kK == kV;  // 256 / 256 or 512 / 512, else 192 / 128
+  static constexpr int kCtaK = Tile::kCtaK, kCtaV = Tile::kCtaV;  // this CTA's head dims (a pair's half)
   static_assert(kSquare || kMe == 0 || kMe == 1, "192 / 128 gives the consumers different blocks");
   // Counts of this consumer's blocks: dK^T rows (= dQ columns) and dV^T rows.
   static constexpr int kDkCount = kSquare ? 2 : kMe == 0 ? 2 : 1, kDvCount = kSquare ? 2 : kMe == 0 ? 0 : 2;
@@ -117,8 +206,9 @@ class Consumer {
  public:
   static constexpr int kDqAcc = kDkCount * 32;  // accumulators per thread of dQ (m64, n 64 kDkCount)
 
-  __device__ __forceinline__ Consumer(const bwd::BackwardParams& p, const KeyWork& w, int me)
-      : p_(p), w_(w), me_(me), lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32) {
+  // rank: the CTA's place in its pair (0 alone), whose half of the head dims it makes.
+  __device__ __forceinline__ Consumer(const bwd::BackwardParams& p, const KeyWork& w, int me, int rank)
+      : p_(p), w_(w), me_(me), rank_(rank), lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32) {
 #pragma unroll
     for (int t = 0; t < kDkCount; ++t)
 #pragma unroll
@@ -152,12 +242,12 @@ class Consumer {
     const T* k = buf.template k<T>() + kKeys * me_ * 64;  // rows kKeys me.. of every 64-column block
     const T* v = buf.template v<T>() + kKeys * me_ * 64;
 #pragma unroll
-    for (int step = 0; step < kK / 16; ++step)
+    for (int step = 0; step < kCtaK / 16; ++step)
       ptx::Wgmma<T, kKeys, 0>::ss(s, ptx::k_major_descriptor(buf.template q<T>(stage), BM, step),
                                   ptx::k_major_descriptor(k, BN, step), step > 0);
     ptx::wgmma_commit();
 #pragma unroll
-    for (int step = 0; step < kV / 16; ++step)
+    for (int step = 0; step < kCtaV / 16; ++step)
       ptx::Wgmma<T, kKeys, 0>::ss(dp, ptx::k_major_descriptor(buf.template dout<T>(stage), BM, step),
                                   ptx::k_major_descriptor(v, BN, step), step > 0);
     ptx::wgmma_commit();
@@ -216,7 +306,7 @@ class Consumer {
   __device__ __forceinline__ void add_sums(const float* sums, int64_t h, int i0) const {
     if constexpr (kRowSums) {
       const int t = ptx::warpgroup_thread();  // consumer 0's threads 0..63, one row each
-      if (me_ != 0 || t >= BM || i0 + t >= w_.seq.len) return;
+      if (me_ != 0 || rank_ != 0 || t >= BM || i0 + t >= w_.seq.len) return;  // a pair: both hold the same sums
       const int64_t at = p_.row_index(w_.seq.batch, h, w_.seq.start) + i0 + t;
       atomicAdd(p_.E + at, sums[t] + sums[2 * BM + t]);
       if (p_.a.has_gate) atomicAdd(p_.mass + at, sums[BM + t] + sums[3 * BM + t]);
@@ -239,7 +329,7 @@ class Consumer {
       }
       ptx::named_barrier_sync(2 + me_, 128);
       const int t = ptx::warpgroup_thread();
-      if (t < kKeys && p_.a.has_gate) {
+      if (t < kKeys && p_.a.has_gate && rank_ == 0) {
         const int kk = w_.j0 + kKeys * me_ + t;
         if (kk < w_.seq.len)
           p_.colsum[p_.row_index(w_.seq.batch, h, w_.seq.start) + kk] =
@@ -265,7 +355,8 @@ class Consumer {
   }
 
   // dV^T += dO^T P and dK^T += Q^T dS for this consumer's blocks of head dims (dO and Q read transposed: M is their
-  // contiguous dimension), then dQ = dS K for its blocks of columns (K read transposed); two wgmma groups.
+  // contiguous dimension), then dQ = dS K for its blocks of columns (K read transposed); two wgmma groups (a pair:
+  // three, dV^T's first, so that dO is released before the rest is done).
   __device__ __forceinline__ void issue_kv(const Buf& buf, int stage, const T* p, const T* ds) {
 #pragma unroll
     for (int t = 0; t < kDvCount; ++t)
@@ -274,6 +365,7 @@ class Consumer {
         ptx::Wgmma<T, BN, 1>::template ss<1>(
             dv_[t], ptx::mn_major_descriptor(buf.template dout<T>(stage) + (dv_first() + t) * BM * 64, BM, s),
             ptx::mn_major_descriptor(p, BM, s), true);
+    if constexpr (Tile::kPair == 2) ptx::wgmma_commit();
 #pragma unroll
     for (int t = 0; t < kDkCount; ++t)
 #pragma unroll
@@ -295,7 +387,7 @@ class Consumer {
   // Adds dQ (rows as the accumulator's warp rows, this consumer's columns) into dq_acc's fragment order.
   __device__ __forceinline__ void add_dq(const float (&dq)[kDqAcc], int64_t h, int i0) const {
     const AttentionParams& a = p_.a;
-    const int i_first = i0 + 16 * warp_, col0 = 64 * dk_first();
+    const int i_first = i0 + 16 * warp_, col0 = kCtaK * rank_ + 64 * dk_first();
     if (i_first >= w_.seq.len) return;
     const int64_t row0 = bwd::dq_row(a, w_.seq.batch, h, w_.seq_index, w_.seq.start);
     float* at = p_.dq_acc + bwd::dq_acc_offset(row0, i_first, col0, p_.K16) + 4 * lane_;
@@ -319,9 +411,9 @@ class Consumer {
   // dv_tile), this consumer's blocks; the caller copies them out once both consumers wrote theirs.
   __device__ __forceinline__ void stage_out(T* dk_tile, T* dv_tile) const {
 #pragma unroll
-    for (int t = 0; t < kDkCount; ++t) stage_block<kK>(dk_[t], dk_first() + t, p_.a.scale, dk_tile);
+    for (int t = 0; t < kDkCount; ++t) stage_block<kCtaK>(dk_[t], dk_first() + t, p_.a.scale, dk_tile);
 #pragma unroll
-    for (int t = 0; t < kDvCount; ++t) stage_block<kV>(dv_[t], dv_first() + t, 1.f, dv_tile);
+    for (int t = 0; t < kDvCount; ++t) stage_block<kCtaV>(dv_[t], dv_first() + t, 1.f, dv_tile);
   }
 
  private:
@@ -344,39 +436,44 @@ class Consumer {
 
   const bwd::BackwardParams& p_;
   const KeyWork w_;
-  const int me_, lane_, warp_;
+  const int me_, rank_, lane_, warp_;
   // dK^T, dV^T: m64nBN tiles, head dims as rows (one unused tile where a consumer has no dV block).
   float dk_[kDkCount][BN / 2], dv_[kDvCount > 0 ? kDvCount : 1][BN / 2];
   // kRowSums: the thread's keys' dS column sums (key(j, odd) at 2j + odd).
   float colsum_[kRowSums ? kKeys / 4 : 1] = {};
 };
 
-// The staged dK and dV tiles ([64 keys][kK] and [64 keys][kV]) to dk and dv by 16-byte pieces, all 256 consumer
-// threads.
+// The staged dK and dV tiles ([64 keys][kCtaK] and [64 keys][kCtaV]) to dk and dv by 16-byte pieces, all 256
+// consumer threads; a pair's CTA `rank` has columns kCtaK rank.. (kCtaV rank.. of dv).
 template <class T, int kK, int kV>
-__device__ __forceinline__ void copy_out(const bwd::BackwardParams& p, const KeyWork& w, const T* dk_tile,
+__device__ __forceinline__ void copy_out(const bwd::BackwardParams& p, const KeyWork& w, int rank, const T* dk_tile,
                                          const T* dv_tile) {
-  constexpr int kChunks = (kK > kV ? kK : kV) * 2 / 16;  // 16-byte pieces of the wider row
+  using Tile = DkdvWideTile<kK, kV>;
+  constexpr int kCtaK = Tile::kCtaK, kCtaV = Tile::kCtaV;
+  constexpr int kChunks = (kCtaK > kCtaV ? kCtaK : kCtaV) * 2 / 16;  // 16-byte pieces of the wider row
   const int t = threadIdx.x - 128;
-  for (int i = t; i < DkdvWideTile<kK, kV>::BN * kChunks; i += 256) {
+  for (int i = t; i < Tile::BN * kChunks; i += 256) {
     const int key = i / kChunks, chunk = i % kChunks, col = chunk * 8;
     if (w.j0 + key >= w.seq.len) continue;
     const int64_t token = w.seq.start + w.j0 + key;
-    if (col < p.a.K)
-      *reinterpret_cast<uint4*>(p.dk.template row<T>(w.seq.batch, token, w.hk) + col) =
-          *reinterpret_cast<const uint4*>(dk_tile + key * kK + col);
-    if (col < p.a.V)
-      *reinterpret_cast<uint4*>(p.dv.template row<T>(w.seq.batch, token, w.hk) + col) =
-          *reinterpret_cast<const uint4*>(dv_tile + key * kV + col);
+    if (col < kCtaK && kCtaK * rank + col < p.a.K)
+      *reinterpret_cast<uint4*>(p.dk.template row<T>(w.seq.batch, token, w.hk) + kCtaK * rank + col) =
+          *reinterpret_cast<const uint4*>(dk_tile + key * kCtaK + col);
+    if (col < kCtaV && kCtaV * rank + col < p.a.V)
+      *reinterpret_cast<uint4*>(p.dv.template row<T>(w.seq.batch, token, w.hk) + kCtaV * rank + col) =
+          *reinterpret_cast<const uint4*>(dv_tile + key * kCtaV + col);
   }
 }
 
-// Consumer me's walk over the item's steps, then its part of dK and dV out (kMe: Consumer's).
+// Consumer me's walk over the item's steps, then its part of dK and dV out (kMe: Consumer's; rank: the CTA's place in
+// its pair, 0 alone).
 template <class T, int kK, int kV, bool kRowSums, int kMe>
-__device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, const Buffers<kK, kV>& buf, int me) {
+__device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, const Buffers<kK, kV>& buf, int me,
+                                        int rank) {
   using Tile = DkdvWideTile<kK, kV>;
   using Consumer = bwd_wide::Consumer<T, kK, kV, kRowSums, kMe>;
-  Consumer c(p.b, w, me);
+  constexpr bool kPaired = Tile::kPair == 2;
+  Consumer c(p.b, w, me, rank);
   // Named barriers of both consumers: 1 when both halves of P and dS are in, 4 (one P / dS buffer) when both are done
   // with the last step's P and dS (2 + me: one consumer's column sums). With a copy of this code per consumer, the
   // warps would reach a named barrier from different instructions, which bar.sync (.aligned) does not allow: there
@@ -396,18 +493,34 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     int* const counter = p.b.dq_order ? bwd_detail::dq_turn_counter(p.b, w, st.h, st.i0, Tile::BM) : nullptr;
     const int seen = counter ? bwd_detail::peek_dq_turns(counter) : 0;
     ptx::barrier_wait(buf.q_full(s), buf.parity(it));
+    if constexpr (kPaired) ptx::barrier_wait(buf.do_full(), buf.parity(it));
     ptx::barrier_wait(buf.t_full(s), buf.parity(it));  // not between issue and wait: a loop there serialises wgmma
     float sc[Tile::BN / 4], dp[Tile::BN / 4];
     ptx::wgmma_fence();
     c.issue_scores(sc, dp, buf, s);
     ptx::wgmma_wait<1>();
     ptx::wgmma_hold(sc);
+    // A pair: P needs the whole S, dS the whole dP. Each partial leaves once made, the other's comes in when needed.
+    const Exchange<kK, kV> swap(buf, it, me, static_cast<uint32_t>(rank));
+    if constexpr (kPaired) {
+      swap.open_slot();
+      swap.send(sc, 0);
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_hold(dp);
+      swap.send(dp, 1);
+      swap.receive(sc, 0);
+    }
     if (block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window))
       c.template probabilities<true>(sc, buf.terms(s), buf.key_terms(), st.i0);
     else
       c.template probabilities<false>(sc, buf.terms(s), buf.key_terms(), st.i0);
-    ptx::wgmma_wait<0>();
-    ptx::wgmma_hold(dp);
+    if constexpr (kPaired) {
+      swap.receive(dp, 1);
+      swap.free_slot();
+    } else {
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_hold(dp);
+    }
     // Sums buffer it % 2 was last read two steps ago, before its reader passed the barriers of the step between.
     c.gradients(sc, dp, buf.terms(s), buf.sums(it % 2));
     ptx::barrier_arrive(buf.t_empty(s));
@@ -422,14 +535,22 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     ptx::wgmma_fence();
     c.issue_kv(buf, s, pt, dst);
     c.issue_dq(dq, buf, dst);
-    ptx::wgmma_wait<0>();
+    if constexpr (kPaired) {  // dO, then Q, reload under the later groups
+      ptx::wgmma_wait<2>();
+      buf.release_do();
+      ptx::wgmma_wait<1>();
+      buf.release_q(s);
+      ptx::wgmma_wait<0>();
+    } else {
+      ptx::wgmma_wait<0>();
+    }
     c.hold_kv();
     ptx::wgmma_hold(dq);
-    buf.release_q(s);
+    if constexpr (!kPaired) buf.release_q(s);
     if (counter) {  // the last step's adds counted one step late, so that the release fence finds them done
       if (counted) bwd_detail::end_dq_turn(counted);
       counted = counter;
-      bwd_detail::wait_dq_turn(counter, 8 * (st.i0 / Tile::BN - w.j0 / Tile::BN), seen);
+      bwd_detail::wait_dq_turn(counter, 8 * Tile::kPair * (st.i0 / Tile::BN - w.j0 / Tile::BN), seen);
     }
     c.add_sums(buf.sums(it % 2), st.h, st.i0);
     c.add_dq(dq, st.h, st.i0);
@@ -446,43 +567,57 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
   both_consumers(1);
   c.stage_out(buf.template q<T>(0), buf.template dout<T>(0));
   both_consumers(1);
-  bwd_wide::copy_out<T, kK, kV>(p.b, w, buf.template q<T>(0), buf.template dout<T>(0));
+  bwd_wide::copy_out<T, kK, kV>(p.b, w, rank, buf.template q<T>(0), buf.template dout<T>(0));
 }
 
 }  // namespace bwd_wide
 
-// One CTA per (key tile of 64 keys, kv head), the tiles most query rows see first (deterministic mode: lightest).
+// One CTA per (key tile of 64 keys, kv head), the tiles most query rows see first (deterministic mode: lightest); a
+// cluster of two per item where the bucket pairs CTAs.
 template <class T, int kK, int kV, bool kRowSums>
 __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
     dkdv_wide_kernel(const __grid_constant__ DkdvParams p, const __grid_constant__ TileSchedule keys) {
 #if FG_HOPPER_BWD_BODY
   using Tile = DkdvWideTile<kK, kV>;
   using Buffers = bwd_wide::Buffers<kK, kV>;
+  constexpr bool kPaired = Tile::kPair == 2;
   extern __shared__ unsigned char raw[];
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
   const Buffers buf{{}, {bars}, ptx::swizzle_aligned(raw)};
-  if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x).valid) return;
+  const int64_t item = blockIdx.x / Tile::kPair;  // both CTAs of a pair take the same item (or both return)
+  if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item).valid) return;
 
   if (threadIdx.x == 0) buf.init();
-  __syncthreads();
+  // A pair: the other CTA's barriers are initialised before anything arrives on them.
+  if constexpr (kPaired) ptx::cluster_sync();
+  else __syncthreads();
+
+  // A pair's threads all leave through a cluster barrier, which keeps each CTA's shared memory alive while the other
+  // may still write into it.
+  const auto leave = [] {
+    if constexpr (kPaired) ptx::cluster_sync();
+  };
 
   // Nothing stays live across setmaxnreg (ptxas would spill it): each role derives its work afterwards.
   if (threadIdx.x < 128) {
     ptx::setmaxnreg_dec<Tile::kProducerRegs>();
-    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x);
+    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
     const int warp = threadIdx.x / 32;
-    if (w.steps == 0) return;  // nobody would wait for its copies
-    if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0);
+    if (w.steps == 0) return leave();  // nobody would wait for its copies
+    const int col0 = kPaired ? Tile::kCtaK * static_cast<int>(ptx::cluster_rank()) : 0;
+    if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0, col0);
     else if (warp == 1) bwd_detail::stage_terms(p.b, buf, w, 0);
-    return;
+    return leave();
   }
 
   ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
-  const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, blockIdx.x);
+  const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
   const int me = ptx::warpgroup_index() - 1;
-  if constexpr (kK == kV) bwd_wide::consume<T, kK, kV, kRowSums, bwd_wide::kEitherConsumer>(p, w, buf, me);
-  else if (me == 0) bwd_wide::consume<T, kK, kV, kRowSums, 0>(p, w, buf, 0);
-  else bwd_wide::consume<T, kK, kV, kRowSums, 1>(p, w, buf, 1);
+  const int rank = kPaired ? static_cast<int>(ptx::cluster_rank()) : 0;
+  if constexpr (kK == kV) bwd_wide::consume<T, kK, kV, kRowSums, bwd_wide::kEitherConsumer>(p, w, buf, me, rank);
+  else if (me == 0) bwd_wide::consume<T, kK, kV, kRowSums, 0>(p, w, buf, 0, rank);
+  else bwd_wide::consume<T, kK, kV, kRowSums, 1>(p, w, buf, 1, rank);
+  leave();
 #endif
 }
 
@@ -497,7 +632,18 @@ void launch_dkdv_wide(const DkdvParams& p, const TileSchedule& keys, CUstream_st
   }
   FLASHGATE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(Tile::smem_bytes())));
-  kernel<<<static_cast<unsigned>(ctas), Tile::kThreads, Tile::smem_bytes(), stream>>>(p, keys);
+  if constexpr (Tile::kPair == 2) {  // clusters of the pair's two CTAs
+    cudaLaunchAttribute cluster[1] = {};
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = 2, cluster[0].val.clusterDim.y = 1, cluster[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(ctas * 2)), config.blockDim = dim3(Tile::kThreads);
+    config.dynamicSmemBytes = Tile::smem_bytes(), config.stream = stream;
+    config.attrs = cluster, config.numAttrs = 1;
+    FLASHGATE_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p, keys));
+  } else {
+    kernel<<<static_cast<unsigned>(ctas), Tile::kThreads, Tile::smem_bytes(), stream>>>(p, keys);
+  }
   FLASHGATE_CHECK_LAUNCH("hopper dkdv_wide_kernel");
 }
 #endif  // __CUDACC__

@@ -14,7 +14,7 @@ namespace flashgate::host {
 
 namespace {
 // Head dims above 128 take the wide kernel (backward.h's DkdvWideTile): K up to 192 with V up to 128 its own bucket
-// where it serves the case, the rest the 256 one.
+// where it serves the case, the rest up to 256 the 256 one, above that the 512 one (pairs of CTAs).
 bool wide(const cuda::bwd::BackwardParams& p) { return p.a.K > 128 || p.a.V > 128; }
 bool wide_192_128(const cuda::bwd::BackwardParams& p) {
   return p.a.K <= 192 && p.a.V <= 128 && (cuda::hopper::DkdvWideTile<192, 128>::kServesRowSums || !p.needs_row_sums());
@@ -36,7 +36,8 @@ template <class T>
 void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const cuda::TileSchedule& keys,
                  cudaStream_t stream) {
   if (wide_192_128(dp.b)) launch_wide<T, 192, 128>(args, dp, keys, stream);
-  else launch_wide<T, 256, 256>(args, dp, keys, stream);
+  else if (dp.b.a.K <= 256 && dp.b.a.V <= 256) launch_wide<T, 256, 256>(args, dp, keys, stream);
+  else launch_wide<T, 512, 512>(args, dp, keys, stream);
 }
 
 // How many kv heads' items run together (BackwardParams::kv_heads_together): at least four (every head where there
@@ -55,7 +56,8 @@ int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev
 }  // namespace
 
 int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p) {
-  static_assert(cuda::hopper::DkdvWideTile<192, 128>::BN == cuda::hopper::DkdvWideTile<256, 256>::BN);
+  static_assert(cuda::hopper::DkdvWideTile<192, 128>::BN == cuda::hopper::DkdvWideTile<256, 256>::BN &&
+                cuda::hopper::DkdvWideTile<512, 512>::BN == cuda::hopper::DkdvWideTile<256, 256>::BN);
   return wide(p) ? cuda::hopper::DkdvWideTile<256, 256>::BN : cuda::hopper::DkdvTile<64>::BN;
 }
 
@@ -64,11 +66,16 @@ std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::Backw
   if (dev.major != 9) return "needs an sm_90 GPU";
   if (a.dtype != cuda::ElementType::f16 && a.dtype != cuda::ElementType::bf16) return "takes fp16 and bf16 only";
   if (p.K16 == 16) return "takes head dims K above 16";
-  if (a.K > 256 || a.V > 256) return "takes head dims K and V up to 256 so far";
+  if (a.K > 512 || a.V > 512) return "takes head dims K and V up to 512";
+  // Where the exact-D pre-pass gives D, a row with one key has dS = P (dP - D) = 0 only when the dK/dV kernel sums
+  // S and dP in the pre-pass's (and the forward's) order: the 512 bucket's CTA pair adds two halves' sums instead.
+  if (p.exact_D && (a.K > 256 || a.V > 256))
+    return "takes rows that see at most 64 keys (exact D) with head dims up to 256 only";
   if (a.K % 8 != 0 || a.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (a.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
-  const int64_t ctas = cuda::make_tile_schedule(a, hopper_dkdv_key_rows(p), nullptr).num_tiles * a.H;
-  if (ctas > std::numeric_limits<int32_t>::max()) return "needs fewer than 2^31 (key tile, kv head) pairs";
+  const int64_t items = cuda::make_tile_schedule(a, hopper_dkdv_key_rows(p), nullptr).num_tiles * a.H;
+  const int64_t ctas = items * (a.K > 256 || a.V > 256 ? 2 : 1);  // the 512 bucket pairs CTAs on an item
+  if (ctas > std::numeric_limits<int32_t>::max()) return "needs fewer than 2^31 CTAs ((key tile, kv head) pairs)";
   for (const Tensor* t : {&args.q, &args.k, &args.v, &args.dout})
     if (!token_head_map_ready(*t)) return "needs q, k, v and dout with 16-byte aligned rows and strides";
   const int out_width = wide(p) ? 16 : 4;  // the wide kernel stores 16-byte pieces, the narrow one 4-byte pairs

@@ -17,7 +17,7 @@ namespace flashgate::host {
 int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p);
 
 // "" when the Hopper dK/dV kernel serves this backward (its params `p` planned for the MMA path), else why not:
-// it takes an sm_90 device, fp16/bf16, K and V up to 256 (multiples of 8; above 16: smaller ones take the
+// it takes an sm_90 device, fp16/bf16, K and V up to 512 (multiples of 8; above 16: smaller ones take the
 // exact-D pre-pass), every feature, both modes, and tensor-map-ready q, k, v, dout.
 std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const DeviceFacts& dev);
 

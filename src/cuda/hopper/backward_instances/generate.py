@@ -10,7 +10,7 @@ import sys
 
 DTYPES = {"f16": "__half", "bf16": "__nv_bfloat16"}
 BUCKETS = [64, 128]
-WIDE_BUCKETS = [(192, 128), (256, 256)]
+WIDE_BUCKETS = [(192, 128), (256, 256), (512, 512)]
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))

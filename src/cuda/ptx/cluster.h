@@ -1,0 +1,40 @@
+// Thread-block clusters (sm_90): a CTA's rank in its cluster, the cluster barrier, and stores into another CTA's
+// shared memory that complete on that CTA's mbarrier. Thin verbs over CCCL's cuda::ptx and the runtime's cluster
+// builtins.
+#pragma once
+
+#include <cuda/ptx>
+
+#include <cstdint>
+
+namespace flashgate::ptx {
+
+__device__ __forceinline__ uint32_t cluster_rank() { return ::cuda::ptx::get_sreg_cluster_ctarank(); }
+
+// Every thread of every CTA in the cluster arrives (from any code path: not .aligned) and waits for the others; what
+// each wrote before is visible to all after.
+__device__ __forceinline__ void cluster_sync() {
+  ::cuda::ptx::barrier_cluster_arrive(::cuda::ptx::sem_release);
+  ::cuda::ptx::barrier_cluster_wait();
+}
+
+// The address of `local`'s counterpart in the shared memory of the cluster's CTA `rank`.
+template <class T>
+__device__ __forceinline__ T* peer_shared(T* local, uint32_t rank) {
+  return static_cast<T*>(__cluster_map_shared_rank(local, rank));
+}
+
+// Four words into another CTA's shared memory (`remote`, from peer_shared) that count as 16 transaction bytes on its
+// barrier `remote_bar` (whose phase expects them, as it would a TMA copy's).
+__device__ __forceinline__ void store_to_peer(float* remote, const float (&v)[4], uint64_t* remote_bar) {
+  ::cuda::ptx::st_async(remote, v, remote_bar);
+}
+
+// An arrival on another CTA's barrier (`remote_bar`, from peer_shared) that releases this thread's earlier accesses
+// to the cluster.
+__device__ __forceinline__ void arrive_on_peer(uint64_t* remote_bar) {
+  ::cuda::ptx::mbarrier_arrive(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster, ::cuda::ptx::space_cluster,
+                               remote_bar);
+}
+
+}  // namespace flashgate::ptx
