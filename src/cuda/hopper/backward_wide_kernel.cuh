@@ -11,7 +11,7 @@
 // through shared memory at the end. Each consumer owns a range of blocks of each kind so that both make as many:
 // 256 / 256 halves every kind; 192 / 128 gives consumer 0 dK and dQ blocks 0-1, consumer 1 dK and dQ block 2 and dV
 // blocks 0-1. A pair (512 / 512) is two 256 / 256 CTAs on the two halves of the head dims that swap their partial S
-// and dP each step (exchange_partials) and make the same P and dS from the sums.
+// and dP each step (Exchange) and make the same P and dS from the sums.
 //
 // Shared memory (kK, kV: the CTA's head dims, a pair's half): K [kK/64][64 keys][64], V [kV/64][64 keys][64]; per
 // stage Q [kK/64][64 rows][64], dO [kV/64][64 rows][64]; P, dS [64 rows][64 keys] (per P / dS buffer); a pair's
