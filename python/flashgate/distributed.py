@@ -193,6 +193,28 @@ class _ContextParallelAttn(torch.autograd.Function):
         return dq.to(q.dtype), dk, dv, dg, dsink, None, None, None, None
 
 
+_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+def _same_on_every_rank(q, k, v, g, sink_bias, window, scale, group):
+    """Every rank must call with the same layout and options: one small all-gather compares them, so that a
+    mismatch raises the same error on every rank instead of hanging in a collective of unequal sizes."""
+    world, rank = _world(group)
+    desc = torch.tensor([*q.shape, *k.shape, *v.shape, *(g.shape if g is not None else (-1, -1, -1)),
+                         -1 if sink_bias is None else sink_bias.numel(), -1 if window is None else window,
+                         float("nan") if scale is None else scale,
+                         _DTYPES.index(q.dtype) if q.dtype in _DTYPES else -1], dtype=torch.float64)
+    if q.device.type == "cuda" and dist.get_backend(group) == "nccl":
+        desc = desc.to(q.device)
+    everyone = [torch.empty_like(desc) for _ in range(world)]
+    dist.all_gather(everyone, desc, group=group)
+    for r, d in enumerate(everyone):
+        if not torch.equal(torch.nan_to_num(d, nan=-2.0), torch.nan_to_num(desc, nan=-2.0)):
+            raise ValueError(f"flashgate.distributed.context_parallel_attn: q, k, v, g, sink_bias, window_size, scale: "
+                             f"every rank must pass the same shapes, dtype and options; rank {r} differs from rank "
+                             f"{rank} (shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} here)")
+
+
 def context_parallel_attn(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] = None,
                           sink_bias: Optional[Tensor] = None, window_size: Optional[int] = None,
                           scale: Optional[float] = None, cu_seqlens: Optional[Tensor] = None, group=None,
@@ -209,6 +231,7 @@ def context_parallel_attn(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] =
     if q.shape[1] % 2:
         raise ValueError(f"flashgate.distributed.context_parallel_attn: q: a zigzag shard holds two equal chunks, "
                          f"got {q.shape[1]} tokens")
+    _same_on_every_rank(q, k, v, g, sink_bias, window_size, scale, group)
     if sink_bias is not None and sink_bias.dtype != _companion_dtype(q.dtype):
         sink_bias = sink_bias.to(_companion_dtype(q.dtype))
     o, _ = _ContextParallelAttn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend)

@@ -81,6 +81,24 @@ def run_rank(rank, world, port, seed, case):
         dist.destroy_process_group()
 
 
+def run_mismatch(rank, world, port):
+    from flashgate import distributed as cp
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        T = 8 if rank == 0 else 12  # rank 1 holds a longer shard
+        q, k, v = torch.randn(1, T, 2, 8), torch.randn(1, T, 1, 8), torch.randn(1, T, 1, 8)
+        with pytest.raises(ValueError, match="every rank must pass the same shapes"):
+            cp.context_parallel_attn(q, k, v)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_shards_of_unequal_layout_raise_on_every_rank():
+    mp.start_processes(run_mismatch, args=(2, free_port()), nprocs=2, join=True, start_method="spawn")
+
+
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("case", list(CASES))
 def test_context_parallel_matches_the_whole_sequence(world, case):
