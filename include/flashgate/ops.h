@@ -94,8 +94,42 @@ struct PagedArgs {
   bool validate = true;
 };
 
+// Context parallelism: one slice of queries against one slice of keys of the same B sequences, so that a sequence
+// split over devices is attended slice pair by slice pair and merged. q [B,Tq,HQ,K] holds the queries at positions
+// q_start .. q_start + Tq - 1 of each sequence, k [B,Tk,H,K] and v [B,Tk,H,V] the keys at k_start ..; visibility
+// is SPEC §3's on those positions. A gate enters in its cumulative form over the whole sequence, G_t = g_0 + ... +
+// g_t: gate_q [B,Tq,HQ] at the query positions and gate_k [B,Tk,HQ] at the key positions (fp32), so the score's
+// term G_i - G_j needs nothing outside the two slices. `sink` [HQ] adds its mass to these rows: give it to one key
+// slice of each row. o [B,Tq,HQ,V] (q's dtype) and lse [B,Tq,HQ] (fp32) are this slice pair's own softmax (lse
+// -inf where a row sees nothing); a row's slices merge by lse = log sum_s exp(lse_s), o = sum_s exp(lse_s - lse) o_s.
+struct SliceForwardArgs {
+  Tensor q, k, v;
+  Tensor o, lse;
+  Tensor gate_q, gate_k;  // optional: both or neither
+  Tensor sink;            // optional [HQ]
+  int64_t q_start = 0, k_start = 0;
+  std::optional<float> scale;
+  std::optional<int64_t> window;
+};
+
+// The backward of one slice pair given its rows' merged statistics: lse [B,Tq,HQ] of the merged softmax and
+// D = rowsum(o * dout) [B,Tq,HQ] of the merged output (fp32), with dout [B,Tq,HQ,V]. Writes the pair's shares of
+// the gradients: dq [B,Tq,HQ,K], dk [B,Tk,H,K], dv [B,Tk,H,V] (q's dtype); with a gate dgate_q [B,Tq,HQ] and
+// dgate_k [B,Tk,HQ] (fp32, gradients of the cumulative gates: dg_t is the sum of dG_u over positions u >= t of the
+// whole sequence); with a sink dsink [HQ]. A gradient is the sum of the shares of every slice pair.
+struct SliceBackwardArgs {
+  Tensor q, k, v, dout, lse, D;
+  Tensor gate_q, gate_k, sink;
+  Tensor dq, dk, dv, dgate_q, dgate_k, dsink;
+  int64_t q_start = 0, k_start = 0;
+  std::optional<float> scale;
+  std::optional<int64_t> window;
+};
+
 void attention_forward(const ForwardArgs&, const Launch& = {});
 void attention_backward(const BackwardArgs&, const Launch& = {});
+void attention_forward_slice(const SliceForwardArgs&, const Launch& = {});
+void attention_backward_slice(const SliceBackwardArgs&, const Launch& = {});
 void decode(const DecodeArgs&, const Launch& = {});
 void paged_attention(const PagedArgs&, const Launch& = {});
 

@@ -166,6 +166,36 @@ PagedArgs paged_args(TensorScope& s, const PagedTensors& t, const OptScale& scal
   return a;
 }
 
+struct SliceTensors {
+  nb::handle q, k, v, gate_q, gate_k, sink;
+};
+
+template <class Args>
+void slice_inputs(TensorScope& s, const SliceTensors& t, int64_t q_start, int64_t k_start, const OptScale& scale,
+                  const OptWindow& window, Args& a) {
+  a.q = s.input(t.q, "q");
+  a.k = s.input(t.k, "k");
+  a.v = s.input(t.v, "v");
+  a.gate_q = s.input(t.gate_q, "gate_q");
+  a.gate_k = s.input(t.gate_k, "gate_k");
+  a.sink = s.input(t.sink, "sink");
+  a.q_start = q_start;
+  a.k_start = k_start;
+  a.scale = to_scale(scale);
+  a.window = window;
+}
+
+// The slice ops need no workspace: a call is its backend and stream.
+template <class Args>
+void run_slice(const Args& args, const std::string& backend, uintptr_t stream,
+               void (*op)(const Args&, const Launch&)) {
+  Launch launch;
+  launch.backend = parse_backend(backend);
+  launch.stream = reinterpret_cast<CUstream_st*>(stream);
+  nb::gil_scoped_release no_gil;
+  op(args, launch);
+}
+
 }  // namespace
 
 void bind_ops(nb::module_& m) {
@@ -232,6 +262,54 @@ void bind_ops(nb::module_& m) {
       "dg"_a = none, "dsink"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none,
       "window"_a = none, "deterministic"_a = false, "backend"_a = "auto",
       "Scratch bytes attention_backward needs for these arguments.");
+
+  // ---- the slice ops (context parallelism) -------------------------------------------------------------
+  m.def(
+      "attention_forward_slice",
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, nb::handle gate_q,
+         nb::handle gate_k, nb::handle sink, int64_t q_start, int64_t k_start, OptScale scale, OptWindow window,
+         const std::string& backend, uintptr_t stream) {
+        TensorScope s("attention_forward_slice");
+        SliceForwardArgs a;
+        slice_inputs(s, {q, k, v, gate_q, gate_k, sink}, q_start, k_start, scale, window, a);
+        a.o = s.output(o, "o");
+        a.lse = s.output(lse, "lse");
+        run_slice(a, backend, stream, &attention_forward_slice);
+      },
+      "q"_a.none(), "k"_a.none(), "v"_a.none(), "o"_a.none(), "lse"_a.none(), nb::kw_only(),
+      "gate_q"_a = none, "gate_k"_a = none, "sink"_a = none, "q_start"_a = 0, "k_start"_a = 0, "scale"_a = none,
+      "window"_a = none, "backend"_a = "auto", "stream"_a = 0,
+      "Context parallelism: a slice of queries (positions q_start..) against a slice of keys (k_start..); o and lse "
+      "of the pair's own softmax, to merge by the LSE rule. gate_q / gate_k: the cumulative gates at the slices' "
+      "positions. sink: give it to one key slice per row. backend: 'auto' or 'cpu' (the slice ops run on the cpu "
+      "backend so far). stream: the CUDA stream as an integer.");
+  m.def(
+      "attention_backward_slice",
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle dout, nb::handle lse, nb::handle D, nb::handle dq,
+         nb::handle dk, nb::handle dv, nb::handle gate_q, nb::handle gate_k, nb::handle sink, nb::handle dgate_q,
+         nb::handle dgate_k, nb::handle dsink, int64_t q_start, int64_t k_start, OptScale scale, OptWindow window,
+         const std::string& backend, uintptr_t stream) {
+        TensorScope s("attention_backward_slice");
+        SliceBackwardArgs a;
+        slice_inputs(s, {q, k, v, gate_q, gate_k, sink}, q_start, k_start, scale, window, a);
+        a.dout = s.input(dout, "dout");
+        a.lse = s.input(lse, "lse");
+        a.D = s.input(D, "D");
+        a.dq = s.output(dq, "dq");
+        a.dk = s.output(dk, "dk");
+        a.dv = s.output(dv, "dv");
+        a.dgate_q = s.output(dgate_q, "dgate_q");
+        a.dgate_k = s.output(dgate_k, "dgate_k");
+        a.dsink = s.output(dsink, "dsink");
+        run_slice(a, backend, stream, &attention_backward_slice);
+      },
+      "q"_a.none(), "k"_a.none(), "v"_a.none(), "dout"_a.none(), "lse"_a.none(), "D"_a.none(), "dq"_a.none(),
+      "dk"_a.none(), "dv"_a.none(), nb::kw_only(),
+      "gate_q"_a = none, "gate_k"_a = none, "sink"_a = none, "dgate_q"_a = none, "dgate_k"_a = none,
+      "dsink"_a = none, "q_start"_a = 0, "k_start"_a = 0, "scale"_a = none, "window"_a = none, "backend"_a = "auto",
+      "stream"_a = 0,
+      "Context parallelism: one slice pair's shares of dq, dk, dv (and of the cumulative gates' gradients, and "
+      "dsink) given the merged rows' lse and D = rowsum(o * dout).");
 
   // ---- decode ------------------------------------------------------------------------------------------
   m.def(

@@ -14,6 +14,8 @@ namespace flashgate::detail {
 // `run` receives a Launch whose workspace holds at least `workspace(...)` bytes.
 class BackendImpl {
  public:
+  static constexpr const char* kSlicesOnCpu = "the slice ops run on the cpu backend only so far";
+
   virtual ~BackendImpl() = default;
   virtual Backend id() const = 0;
 
@@ -31,6 +33,14 @@ class BackendImpl {
   virtual void run(const BackwardArgs&, const AttentionProblem&, const Launch&) const = 0;
   virtual void run(const DecodeArgs&, const DecodeProblem&, const Launch&) const = 0;
   virtual void run(const PagedArgs&, const PagedProblem&, const Launch&) const = 0;
+
+  // The slice ops (context parallelism) run on the cpu backend so far.
+  virtual std::string cannot_run(const SliceForwardArgs&, const SliceProblem&) const { return kSlicesOnCpu; }
+  virtual std::string cannot_run(const SliceBackwardArgs&, const SliceProblem&) const { return kSlicesOnCpu; }
+  virtual size_t workspace(const SliceForwardArgs&, const SliceProblem&) const { return 0; }
+  virtual size_t workspace(const SliceBackwardArgs&, const SliceProblem&) const { return 0; }
+  virtual void run(const SliceForwardArgs&, const SliceProblem&, const Launch&) const;
+  virtual void run(const SliceBackwardArgs&, const SliceProblem&, const Launch&) const;
 
   // Scratch for callers that pass no workspace (stream-ordered on GPU backends).
   virtual void* allocate_scratch(size_t bytes, CUstream_st* stream) const;

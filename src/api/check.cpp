@@ -327,6 +327,114 @@ AttentionProblem check_backward(const BackwardArgs& a) {
   return p;
 }
 
+namespace {
+
+// The part shared by the slice ops: q and the key slice k/v, the cumulative gates, sink, positions, scale, window.
+SliceProblem check_slice_inputs(const Checker& c, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& gate_q, const Tensor& gate_k, const Tensor& sink, int64_t q_start,
+                                int64_t k_start, const std::optional<float>& scale,
+                                const std::optional<int64_t>& window) {
+  if (!q.defined()) c.fail(ErrorKind::invalid_argument, "q", "is required [B,Tq,HQ,K]");
+  c.tensor(q, "q", "[B,Tq,HQ,K]", {-1, -1, -1, -1});
+  SliceProblem p;
+  p.B = q.shape[0];
+  p.Tq = q.shape[1];
+  p.HQ = q.shape[2];
+  p.K = q.shape[3];
+  check_input_dtype(c, q);
+  c.tensor(k, "k", "[B,Tk,H,K]", {p.B, -1, -1, p.K});
+  p.Tk = k.shape[1];
+  p.H = k.shape[2];
+  c.tensor(v, "v", "[B,Tk,H,V]", {p.B, p.Tk, p.H, -1});
+  p.V = v.shape[3];
+  c.same_dtype(k, "k", q.dtype, "q");
+  c.same_dtype(v, "v", q.dtype, "q");
+  c.heads(p.HQ, p.H, "k");
+  c.head_dim(p.K, "q", "K", kMaxHeadDim);
+  c.head_dim(p.V, "v", "V", kMaxHeadDim);
+  c.require(q_start >= 0 && q_start <= INT64_MAX / 2 - p.Tq, "q_start",
+            "must be >= 0 with q_start + Tq a position, got " + std::to_string(q_start));
+  c.require(k_start >= 0 && k_start <= INT64_MAX / 2 - p.Tk, "k_start",
+            "must be >= 0 with k_start + Tk a position, got " + std::to_string(k_start));
+  p.q_start = q_start;
+  p.k_start = k_start;
+  c.require(gate_q.defined() == gate_k.defined(), gate_q.defined() ? "gate_k" : "gate_q",
+            "the cumulative gates come in pairs: gate_q [B,Tq,HQ] and gate_k [B,Tk,HQ], or neither");
+  if (gate_q.defined()) {
+    c.tensor(gate_q, "gate_q", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
+    c.tensor(gate_k, "gate_k", "[B,Tk,HQ]", {p.B, p.Tk, p.HQ});
+    c.companion(gate_q, "gate_q");
+    c.companion(gate_k, "gate_k");
+    p.has_gate = true;
+  }
+  if (sink.defined()) {
+    c.tensor(sink, "sink", "[HQ]", {p.HQ});
+    c.companion(sink, "sink");
+    p.has_sink = true;
+  }
+  p.scale = c.scale(scale, p.K);
+  p.window = c.window(window);
+  return p;
+}
+
+}  // namespace
+
+SliceProblem check_forward_slice(const SliceForwardArgs& a) {
+  const Checker c("attention_forward_slice", a.q);
+  const SliceProblem p =
+      check_slice_inputs(c, a.q, a.k, a.v, a.gate_q, a.gate_k, a.sink, a.q_start, a.k_start, a.scale, a.window);
+  c.tensor(a.o, "o", "[B,Tq,HQ,V]", {p.B, p.Tq, p.HQ, p.V});
+  c.same_dtype(a.o, "o", a.q.dtype, "q");
+  c.output(a.o, "o");
+  c.tensor(a.lse, "lse", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
+  c.companion(a.lse, "lse");
+  c.output(a.lse, "lse");
+  return p;
+}
+
+SliceProblem check_backward_slice(const SliceBackwardArgs& a) {
+  const Checker c("attention_backward_slice", a.q);
+  const SliceProblem p =
+      check_slice_inputs(c, a.q, a.k, a.v, a.gate_q, a.gate_k, a.sink, a.q_start, a.k_start, a.scale, a.window);
+  c.tensor(a.dout, "dout", "[B,Tq,HQ,V]", {p.B, p.Tq, p.HQ, p.V});
+  c.same_dtype(a.dout, "dout", a.q.dtype, "q");
+  c.tensor(a.lse, "lse", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
+  c.companion(a.lse, "lse");
+  c.tensor(a.D, "D", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
+  c.companion(a.D, "D");
+  c.tensor(a.dq, "dq", "[B,Tq,HQ,K]", {p.B, p.Tq, p.HQ, p.K});
+  c.tensor(a.dk, "dk", "[B,Tk,H,K]", {p.B, p.Tk, p.H, p.K});
+  c.tensor(a.dv, "dv", "[B,Tk,H,V]", {p.B, p.Tk, p.H, p.V});
+  c.same_dtype(a.dq, "dq", a.q.dtype, "q");
+  c.same_dtype(a.dk, "dk", a.q.dtype, "q");
+  c.same_dtype(a.dv, "dv", a.q.dtype, "q");
+  c.output(a.dq, "dq");
+  c.output(a.dk, "dk");
+  c.output(a.dv, "dv");
+  if (p.has_gate) {
+    c.require(a.dgate_q.defined(), "dgate_q", "is required [B,Tq,HQ] because gate_q is given");
+    c.require(a.dgate_k.defined(), "dgate_k", "is required [B,Tk,HQ] because gate_k is given");
+    c.tensor(a.dgate_q, "dgate_q", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
+    c.tensor(a.dgate_k, "dgate_k", "[B,Tk,HQ]", {p.B, p.Tk, p.HQ});
+    c.companion(a.dgate_q, "dgate_q");
+    c.companion(a.dgate_k, "dgate_k");
+    c.output(a.dgate_q, "dgate_q");
+    c.output(a.dgate_k, "dgate_k");
+  } else {
+    c.require(!a.dgate_q.defined() && !a.dgate_k.defined(), a.dgate_q.defined() ? "dgate_q" : "dgate_k",
+              "is given but the gates are not");
+  }
+  if (p.has_sink) {
+    c.require(a.dsink.defined(), "dsink", "is required [HQ] because sink is given");
+    c.tensor(a.dsink, "dsink", "[HQ]", {p.HQ});
+    c.companion(a.dsink, "dsink");
+    c.output(a.dsink, "dsink");
+  } else {
+    c.require(!a.dsink.defined(), "dsink", "is given but sink is not");
+  }
+  return p;
+}
+
 DecodeProblem check_decode(const DecodeArgs& a) {
   const Checker c("decode", a.q);
   if (!a.q.defined()) c.fail(ErrorKind::invalid_argument, "q", "is required [N,HQ,K]");

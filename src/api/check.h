@@ -11,5 +11,7 @@ AttentionProblem check_forward(const ForwardArgs&);
 AttentionProblem check_backward(const BackwardArgs&);
 DecodeProblem check_decode(const DecodeArgs&);
 PagedProblem check_paged(const PagedArgs&);
+SliceProblem check_forward_slice(const SliceForwardArgs&);
+SliceProblem check_backward_slice(const SliceBackwardArgs&);
 
 }  // namespace flashgate::detail

@@ -38,6 +38,13 @@ namespace detail {
 
 void* BackendImpl::allocate_scratch(size_t, CUstream_st*) const { return nullptr; }
 void BackendImpl::free_scratch(void*, CUstream_st*) const {}
+// Unreachable: cannot_run refuses the slice ops on every backend that does not override these.
+void BackendImpl::run(const SliceForwardArgs&, const SliceProblem&, const Launch&) const {
+  throw Error(ErrorKind::unsupported, "backend", std::string("flashgate: ") + kSlicesOnCpu);
+}
+void BackendImpl::run(const SliceBackwardArgs&, const SliceProblem&, const Launch&) const {
+  throw Error(ErrorKind::unsupported, "backend", std::string("flashgate: ") + kSlicesOnCpu);
+}
 
 namespace {
 
@@ -139,6 +146,12 @@ void attention_forward(const ForwardArgs& a, const Launch& l) {
 }
 void attention_backward(const BackwardArgs& a, const Launch& l) {
   detail::run_op("attention_backward", a, detail::check_backward(a), l);
+}
+void attention_forward_slice(const SliceForwardArgs& a, const Launch& l) {
+  detail::run_op("attention_forward_slice", a, detail::check_forward_slice(a), l);
+}
+void attention_backward_slice(const SliceBackwardArgs& a, const Launch& l) {
+  detail::run_op("attention_backward_slice", a, detail::check_backward_slice(a), l);
 }
 void decode(const DecodeArgs& a, const Launch& l) { detail::run_op("decode", a, detail::check_decode(a), l); }
 void paged_attention(const PagedArgs& a, const Launch& l) {

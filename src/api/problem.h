@@ -23,6 +23,16 @@ struct AttentionProblem {
   int64_t group() const { return HQ / H; }
 };
 
+// attention_forward_slice / attention_backward_slice (context parallelism).
+struct SliceProblem {
+  int64_t B = 0, Tq = 0, Tk = 0, HQ = 0, H = 0, K = 0, V = 0;
+  int64_t q_start = 0, k_start = 0;
+  float scale = 0;
+  int64_t window = kNoWindow;
+  bool has_gate = false, has_sink = false;
+  int64_t group() const { return HQ / H; }
+};
+
 // decode (SPEC §5).
 struct DecodeProblem {
   int64_t N = 0, T = 0, HQ = 0, H = 0, K = 0, V = 0;

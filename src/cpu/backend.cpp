@@ -23,6 +23,14 @@ class CpuBackend final : public BackendImpl {
   void run(const BackwardArgs& a, const AttentionProblem& p, const Launch&) const override { cpu::attention_backward(a, p); }
   void run(const DecodeArgs& a, const DecodeProblem& p, const Launch&) const override { cpu::decode(a, p); }
   void run(const PagedArgs& a, const PagedProblem& p, const Launch&) const override { cpu::paged_attention(a, p); }
+  std::string cannot_run(const SliceForwardArgs& a, const SliceProblem&) const override { return host_only(a); }
+  std::string cannot_run(const SliceBackwardArgs& a, const SliceProblem&) const override { return host_only(a); }
+  void run(const SliceForwardArgs& a, const SliceProblem& p, const Launch&) const override {
+    cpu::attention_forward_slice(a, p);
+  }
+  void run(const SliceBackwardArgs& a, const SliceProblem& p, const Launch&) const override {
+    cpu::attention_backward_slice(a, p);
+  }
 };
 
 }  // namespace

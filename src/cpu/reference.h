@@ -11,5 +11,7 @@ void attention_forward(const ForwardArgs&, const detail::AttentionProblem&);
 void attention_backward(const BackwardArgs&, const detail::AttentionProblem&);
 void decode(const DecodeArgs&, const detail::DecodeProblem&);
 void paged_attention(const PagedArgs&, const detail::PagedProblem&);
+void attention_forward_slice(const SliceForwardArgs&, const detail::SliceProblem&);
+void attention_backward_slice(const SliceBackwardArgs&, const detail::SliceProblem&);
 
 }  // namespace flashgate::cpu
