@@ -187,6 +187,26 @@ class Checker {
              (q_.dtype == DType::f64 ? " (float64 q: the fp64 reference mode)" : "") + ", got " + dtype_name(t.dtype));
   }
 
+  // A gradient output in q's dtype (dq, dk, dv).
+  void gradient(const Tensor& t, const char* arg, const char* layout, std::initializer_list<int64_t> dims) const {
+    tensor(t, arg, layout, dims);
+    same_dtype(t, arg, q_.dtype, "q");
+    output(t, arg);
+  }
+
+  // The fp32 gradient of an optional input (dg, dsink, ...): required exactly when the input (`input`) is given.
+  void companion_gradient(bool given, const Tensor& t, const char* arg, const char* input, const char* layout,
+                          std::initializer_list<int64_t> dims) const {
+    if (!given) {
+      require(!t.defined(), arg, std::string("is given but ") + input + " is not");
+      return;
+    }
+    require(t.defined(), arg, std::string("is required ") + layout + " because " + input + " is given");
+    tensor(t, arg, layout, dims);
+    companion(t, arg);
+    output(t, arg);
+  }
+
   // Values of an index tensor when they can be read: on the host always, on the GPU when asked.
   bool readable(const Tensor& t, bool validate) const { return t.device == Device::cpu || validate; }
 
@@ -299,31 +319,11 @@ AttentionProblem check_backward(const BackwardArgs& a) {
   c.same_dtype(a.dout, "dout", a.q.dtype, "q");
   p.has_lse = true;
 
-  c.tensor(a.dq, "dq", "[B,T,HQ,K]", {p.B, p.T, p.HQ, p.K});
-  c.tensor(a.dk, "dk", "[B,T,H,K]", {p.B, p.T, p.H, p.K});
-  c.tensor(a.dv, "dv", "[B,T,H,V]", {p.B, p.T, p.H, p.V});
-  c.same_dtype(a.dq, "dq", a.q.dtype, "q");
-  c.same_dtype(a.dk, "dk", a.q.dtype, "q");
-  c.same_dtype(a.dv, "dv", a.q.dtype, "q");
-  c.output(a.dq, "dq");
-  c.output(a.dk, "dk");
-  c.output(a.dv, "dv");
-  if (p.has_gate) {
-    c.require(a.dg.defined(), "dg", "is required [B,T,HQ] because g is given");
-    c.tensor(a.dg, "dg", "[B,T,HQ]", {p.B, p.T, p.HQ});
-    c.companion(a.dg, "dg");
-    c.output(a.dg, "dg");
-  } else {
-    c.require(!a.dg.defined(), "dg", "is given but g is not");
-  }
-  if (p.has_sink) {
-    c.require(a.dsink.defined(), "dsink", "is required [HQ] because sink is given");
-    c.tensor(a.dsink, "dsink", "[HQ]", {p.HQ});
-    c.companion(a.dsink, "dsink");
-    c.output(a.dsink, "dsink");
-  } else {
-    c.require(!a.dsink.defined(), "dsink", "is given but sink is not");
-  }
+  c.gradient(a.dq, "dq", "[B,T,HQ,K]", {p.B, p.T, p.HQ, p.K});
+  c.gradient(a.dk, "dk", "[B,T,H,K]", {p.B, p.T, p.H, p.K});
+  c.gradient(a.dv, "dv", "[B,T,H,V]", {p.B, p.T, p.H, p.V});
+  c.companion_gradient(p.has_gate, a.dg, "dg", "g", "[B,T,HQ]", {p.B, p.T, p.HQ});
+  c.companion_gradient(p.has_sink, a.dsink, "dsink", "sink", "[HQ]", {p.HQ});
   return p;
 }
 
@@ -402,36 +402,12 @@ SliceProblem check_backward_slice(const SliceBackwardArgs& a) {
   c.companion(a.lse, "lse");
   c.tensor(a.D, "D", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
   c.companion(a.D, "D");
-  c.tensor(a.dq, "dq", "[B,Tq,HQ,K]", {p.B, p.Tq, p.HQ, p.K});
-  c.tensor(a.dk, "dk", "[B,Tk,H,K]", {p.B, p.Tk, p.H, p.K});
-  c.tensor(a.dv, "dv", "[B,Tk,H,V]", {p.B, p.Tk, p.H, p.V});
-  c.same_dtype(a.dq, "dq", a.q.dtype, "q");
-  c.same_dtype(a.dk, "dk", a.q.dtype, "q");
-  c.same_dtype(a.dv, "dv", a.q.dtype, "q");
-  c.output(a.dq, "dq");
-  c.output(a.dk, "dk");
-  c.output(a.dv, "dv");
-  if (p.has_gate) {
-    c.require(a.dgate_q.defined(), "dgate_q", "is required [B,Tq,HQ] because gate_q is given");
-    c.require(a.dgate_k.defined(), "dgate_k", "is required [B,Tk,HQ] because gate_k is given");
-    c.tensor(a.dgate_q, "dgate_q", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
-    c.tensor(a.dgate_k, "dgate_k", "[B,Tk,HQ]", {p.B, p.Tk, p.HQ});
-    c.companion(a.dgate_q, "dgate_q");
-    c.companion(a.dgate_k, "dgate_k");
-    c.output(a.dgate_q, "dgate_q");
-    c.output(a.dgate_k, "dgate_k");
-  } else {
-    c.require(!a.dgate_q.defined() && !a.dgate_k.defined(), a.dgate_q.defined() ? "dgate_q" : "dgate_k",
-              "is given but the gates are not");
-  }
-  if (p.has_sink) {
-    c.require(a.dsink.defined(), "dsink", "is required [HQ] because sink is given");
-    c.tensor(a.dsink, "dsink", "[HQ]", {p.HQ});
-    c.companion(a.dsink, "dsink");
-    c.output(a.dsink, "dsink");
-  } else {
-    c.require(!a.dsink.defined(), "dsink", "is given but sink is not");
-  }
+  c.gradient(a.dq, "dq", "[B,Tq,HQ,K]", {p.B, p.Tq, p.HQ, p.K});
+  c.gradient(a.dk, "dk", "[B,Tk,H,K]", {p.B, p.Tk, p.H, p.K});
+  c.gradient(a.dv, "dv", "[B,Tk,H,V]", {p.B, p.Tk, p.H, p.V});
+  c.companion_gradient(p.has_gate, a.dgate_q, "dgate_q", "gate_q", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
+  c.companion_gradient(p.has_gate, a.dgate_k, "dgate_k", "gate_k", "[B,Tk,HQ]", {p.B, p.Tk, p.HQ});
+  c.companion_gradient(p.has_sink, a.dsink, "dsink", "sink", "[HQ]", {p.HQ});
   return p;
 }
 
