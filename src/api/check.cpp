@@ -187,14 +187,22 @@ class Checker {
              (q_.dtype == DType::f64 ? " (float64 q: the fp64 reference mode)" : "") + ", got " + dtype_name(t.dtype));
   }
 
-  // A gradient output in q's dtype (dq, dk, dv).
-  void gradient(const Tensor& t, const char* arg, const char* layout, std::initializer_list<int64_t> dims) const {
+  // An output in q's dtype (o, dq, dk, dv).
+  void typed_output(const Tensor& t, const char* arg, const char* layout, std::initializer_list<int64_t> dims) const {
     tensor(t, arg, layout, dims);
     same_dtype(t, arg, q_.dtype, "q");
     output(t, arg);
   }
 
-  // The fp32 gradient of an optional input (dg, dsink, ...): required exactly when the input (`input`) is given.
+  // An fp32 companion output (lse, dg, dsink, ...).
+  void companion_output(const Tensor& t, const char* arg, const char* layout,
+                        std::initializer_list<int64_t> dims) const {
+    tensor(t, arg, layout, dims);
+    companion(t, arg);
+    output(t, arg);
+  }
+
+  // The gradient of an optional input (dg of g, dsink of sink, ...): required exactly when `input` is given.
   void companion_gradient(bool given, const Tensor& t, const char* arg, const char* input, const char* layout,
                           std::initializer_list<int64_t> dims) const {
     if (!given) {
@@ -202,9 +210,7 @@ class Checker {
       return;
     }
     require(t.defined(), arg, std::string("is required ") + layout + " because " + input + " is given");
-    tensor(t, arg, layout, dims);
-    companion(t, arg);
-    output(t, arg);
+    companion_output(t, arg, layout, dims);
   }
 
   // Values of an index tensor when they can be read: on the host always, on the GPU when asked.
@@ -240,28 +246,38 @@ void check_input_dtype(const Checker& c, const Tensor& q) {
     c.fail(ErrorKind::wrong_type, "q", "float64 is accepted on the cpu (reference) backend only");
 }
 
+// q, k and v of one attention: shapes (k and v on q's batch, and on its time axis too where `same_time`), dtypes,
+// heads and head dims; names the axes by `q_layout` / `k_layout` / `v_layout`.
+struct QkvSizes {
+  int64_t B, Tq, Tk, HQ, H, K, V;
+};
+QkvSizes check_qkv(const Checker& c, const Tensor& q, const Tensor& k, const Tensor& v, bool same_time,
+                   const char* q_layout, const char* k_layout, const char* v_layout) {
+  if (!q.defined()) c.fail(ErrorKind::invalid_argument, "q", std::string("is required ") + q_layout);
+  c.tensor(q, "q", q_layout, {-1, -1, -1, -1});
+  QkvSizes z;
+  z.B = q.shape[0], z.Tq = q.shape[1], z.HQ = q.shape[2], z.K = q.shape[3];
+  check_input_dtype(c, q);
+  c.tensor(k, "k", k_layout, {z.B, same_time ? z.Tq : -1, -1, z.K});
+  z.Tk = k.shape[1], z.H = k.shape[2];
+  c.tensor(v, "v", v_layout, {z.B, z.Tk, z.H, -1});
+  z.V = v.shape[3];
+  c.same_dtype(k, "k", q.dtype, "q");
+  c.same_dtype(v, "v", q.dtype, "q");
+  c.heads(z.HQ, z.H, "k");
+  c.head_dim(z.K, "q", "K", kMaxHeadDim);
+  c.head_dim(z.V, "v", "V", kMaxHeadDim);
+  return z;
+}
+
 // The part shared by forward and backward: q/k/v, optional g/sink/cu_seqlens, scale and window.
 AttentionProblem check_attention_inputs(const Checker& c, const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& g, const Tensor& sink, const Tensor& cu_seqlens,
                                         const std::optional<float>& scale, const std::optional<int64_t>& window,
                                         bool validate) {
-  if (!q.defined()) c.fail(ErrorKind::invalid_argument, "q", "is required [B,T,HQ,K]");
-  c.tensor(q, "q", "[B,T,HQ,K]", {-1, -1, -1, -1});
+  const QkvSizes z = check_qkv(c, q, k, v, /*same_time=*/true, "[B,T,HQ,K]", "[B,T,H,K]", "[B,T,H,V]");
   AttentionProblem p;
-  p.B = q.shape[0];
-  p.T = q.shape[1];
-  p.HQ = q.shape[2];
-  p.K = q.shape[3];
-  check_input_dtype(c, q);
-  c.tensor(k, "k", "[B,T,H,K]", {p.B, p.T, -1, p.K});
-  p.H = k.shape[2];
-  c.tensor(v, "v", "[B,T,H,V]", {p.B, p.T, p.H, -1});
-  p.V = v.shape[3];
-  c.same_dtype(k, "k", q.dtype, "q");
-  c.same_dtype(v, "v", q.dtype, "q");
-  c.heads(p.HQ, p.H, "k");
-  c.head_dim(p.K, "q", "K", kMaxHeadDim);
-  c.head_dim(p.V, "v", "V", kMaxHeadDim);
+  p.B = z.B, p.T = z.Tq, p.HQ = z.HQ, p.H = z.H, p.K = z.K, p.V = z.V;
 
   if (g.defined()) {
     c.tensor(g, "g", "[B,T,HQ]", {p.B, p.T, p.HQ});
@@ -295,13 +311,9 @@ AttentionProblem check_forward(const ForwardArgs& a) {
   const Checker c("attention_forward", a.q);
   AttentionProblem p =
       check_attention_inputs(c, a.q, a.k, a.v, a.g, a.sink, a.cu_seqlens, a.scale, a.window, a.validate);
-  c.tensor(a.o, "o", "[B,T,HQ,V]", {p.B, p.T, p.HQ, p.V});
-  c.same_dtype(a.o, "o", a.q.dtype, "q");
-  c.output(a.o, "o");
+  c.typed_output(a.o, "o", "[B,T,HQ,V]", {p.B, p.T, p.HQ, p.V});
   if (a.lse.defined()) {
-    c.tensor(a.lse, "lse", "[B,T,HQ]", {p.B, p.T, p.HQ});
-    c.companion(a.lse, "lse");
-    c.output(a.lse, "lse");
+    c.companion_output(a.lse, "lse", "[B,T,HQ]", {p.B, p.T, p.HQ});
     p.has_lse = true;
   }
   return p;
@@ -319,9 +331,9 @@ AttentionProblem check_backward(const BackwardArgs& a) {
   c.same_dtype(a.dout, "dout", a.q.dtype, "q");
   p.has_lse = true;
 
-  c.gradient(a.dq, "dq", "[B,T,HQ,K]", {p.B, p.T, p.HQ, p.K});
-  c.gradient(a.dk, "dk", "[B,T,H,K]", {p.B, p.T, p.H, p.K});
-  c.gradient(a.dv, "dv", "[B,T,H,V]", {p.B, p.T, p.H, p.V});
+  c.typed_output(a.dq, "dq", "[B,T,HQ,K]", {p.B, p.T, p.HQ, p.K});
+  c.typed_output(a.dk, "dk", "[B,T,H,K]", {p.B, p.T, p.H, p.K});
+  c.typed_output(a.dv, "dv", "[B,T,H,V]", {p.B, p.T, p.H, p.V});
   c.companion_gradient(p.has_gate, a.dg, "dg", "g", "[B,T,HQ]", {p.B, p.T, p.HQ});
   c.companion_gradient(p.has_sink, a.dsink, "dsink", "sink", "[HQ]", {p.HQ});
   return p;
@@ -334,24 +346,9 @@ SliceProblem check_slice_inputs(const Checker& c, const Tensor& q, const Tensor&
                                 const Tensor& gate_q, const Tensor& gate_k, const Tensor& sink, int64_t q_start,
                                 int64_t k_start, const std::optional<float>& scale,
                                 const std::optional<int64_t>& window) {
-  if (!q.defined()) c.fail(ErrorKind::invalid_argument, "q", "is required [B,Tq,HQ,K]");
-  c.tensor(q, "q", "[B,Tq,HQ,K]", {-1, -1, -1, -1});
+  const QkvSizes z = check_qkv(c, q, k, v, /*same_time=*/false, "[B,Tq,HQ,K]", "[B,Tk,H,K]", "[B,Tk,H,V]");
   SliceProblem p;
-  p.B = q.shape[0];
-  p.Tq = q.shape[1];
-  p.HQ = q.shape[2];
-  p.K = q.shape[3];
-  check_input_dtype(c, q);
-  c.tensor(k, "k", "[B,Tk,H,K]", {p.B, -1, -1, p.K});
-  p.Tk = k.shape[1];
-  p.H = k.shape[2];
-  c.tensor(v, "v", "[B,Tk,H,V]", {p.B, p.Tk, p.H, -1});
-  p.V = v.shape[3];
-  c.same_dtype(k, "k", q.dtype, "q");
-  c.same_dtype(v, "v", q.dtype, "q");
-  c.heads(p.HQ, p.H, "k");
-  c.head_dim(p.K, "q", "K", kMaxHeadDim);
-  c.head_dim(p.V, "v", "V", kMaxHeadDim);
+  p.B = z.B, p.Tq = z.Tq, p.Tk = z.Tk, p.HQ = z.HQ, p.H = z.H, p.K = z.K, p.V = z.V;
   c.require(q_start >= 0 && q_start <= INT64_MAX / 2 - p.Tq, "q_start",
             "must be >= 0 with q_start + Tq a position, got " + std::to_string(q_start));
   c.require(k_start >= 0 && k_start <= INT64_MAX / 2 - p.Tk, "k_start",
@@ -383,12 +380,8 @@ SliceProblem check_forward_slice(const SliceForwardArgs& a) {
   const Checker c("attention_forward_slice", a.q);
   const SliceProblem p =
       check_slice_inputs(c, a.q, a.k, a.v, a.gate_q, a.gate_k, a.sink, a.q_start, a.k_start, a.scale, a.window);
-  c.tensor(a.o, "o", "[B,Tq,HQ,V]", {p.B, p.Tq, p.HQ, p.V});
-  c.same_dtype(a.o, "o", a.q.dtype, "q");
-  c.output(a.o, "o");
-  c.tensor(a.lse, "lse", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
-  c.companion(a.lse, "lse");
-  c.output(a.lse, "lse");
+  c.typed_output(a.o, "o", "[B,Tq,HQ,V]", {p.B, p.Tq, p.HQ, p.V});
+  c.companion_output(a.lse, "lse", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
   return p;
 }
 
@@ -402,9 +395,9 @@ SliceProblem check_backward_slice(const SliceBackwardArgs& a) {
   c.companion(a.lse, "lse");
   c.tensor(a.D, "D", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
   c.companion(a.D, "D");
-  c.gradient(a.dq, "dq", "[B,Tq,HQ,K]", {p.B, p.Tq, p.HQ, p.K});
-  c.gradient(a.dk, "dk", "[B,Tk,H,K]", {p.B, p.Tk, p.H, p.K});
-  c.gradient(a.dv, "dv", "[B,Tk,H,V]", {p.B, p.Tk, p.H, p.V});
+  c.typed_output(a.dq, "dq", "[B,Tq,HQ,K]", {p.B, p.Tq, p.HQ, p.K});
+  c.typed_output(a.dk, "dk", "[B,Tk,H,K]", {p.B, p.Tk, p.H, p.K});
+  c.typed_output(a.dv, "dv", "[B,Tk,H,V]", {p.B, p.Tk, p.H, p.V});
   c.companion_gradient(p.has_gate, a.dgate_q, "dgate_q", "gate_q", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
   c.companion_gradient(p.has_gate, a.dgate_k, "dgate_k", "gate_k", "[B,Tk,HQ]", {p.B, p.Tk, p.HQ});
   c.companion_gradient(p.has_sink, a.dsink, "dsink", "sink", "[HQ]", {p.HQ});
