@@ -5,12 +5,13 @@ Layout (zigzag): with W ranks a sequence of T tokens (a multiple of 2W) is cut i
 holds chunks r and 2W - 1 - r, one after the other on its time axis, so that every rank has as much causal work.
 :func:`shard` and :func:`unshard` move between a whole sequence and this layout.
 
-Mode ``"allgather"``: every rank gathers K and V of the whole sequence (under GQA they are HQ / H times smaller
-than Q) and the cumulative gate, attends each of its query chunks against the key chunks up to it with the slice
-ops (``flashgate._C.attention_forward_slice``), and merges them by the LSE rule. The backward gives every key chunk
-its shares of dK, dV and of the cumulative gate's gradient, sums them over the ranks (all-reduce), and makes dg by
-suffix sums over the whole sequence (a reverse exclusive scan of the chunks' totals). The sink goes with key chunk
-0, which every query chunk sees. The slice ops run on the cpu backend so far: GPU tensors are refused there.
+Mode ``"allgather"``: every rank gathers K and V of the whole sequence (under GQA they are HQ / H times smaller than
+Q) and the cumulative gate, attends each of its query chunks against the key chunks up to it with the slice ops
+(``flashgate._C.attention_forward_slice``), and merges them by the LSE rule; with a window only the key chunks the
+window reaches. The backward gives every key chunk its shares of dK, dV and of the cumulative gate's gradient, sums
+them over the ranks (all-reduce), and makes dg by suffix sums over the whole sequence (a reverse exclusive scan of
+the chunks' totals). The sink goes with the first key chunk a query chunk attends. The slice ops run on the cpu
+backend so far: GPU tensors are refused there.
 """
 
 from typing import List, Optional
@@ -92,6 +93,14 @@ def _slice_backward(q, k, v, do, lse, D, gate_q, gate_k, sink, q_start, k_start,
     return dq, dk, dv, dgq, dgk, dsink
 
 
+def _key_chunks(a: int, c: int, window: Optional[int]) -> List[int]:
+    """The key chunks query chunk `a` (chunks of c tokens) sees: those up to it that reach into its rows' window.
+    The first of them carries the sink for every row of the chunk, so one is kept even where none is seen."""
+    first_key = a * c - window + 1 if window is not None else 0
+    seen = [b for b in range(a + 1) if (b + 1) * c - 1 >= first_key]
+    return seen or [a]
+
+
 def _merge(os: List[Tensor], lses: List[Tensor]):
     """The LSE rule: lse = log sum exp(lse_s), o = sum exp(lse_s - lse) o_s (rows that see nothing stay 0)."""
     lse = torch.logsumexp(torch.stack(lses), dim=0)
@@ -122,8 +131,9 @@ class _ContextParallelAttn(torch.autograd.Function):
         for i, a in enumerate(mine):
             qa = q[:, i * c:(i + 1) * c].contiguous()
             Ga = G[:, i * c:(i + 1) * c].contiguous() if G is not None else None
-            parts = [_slice_forward(qa, ks[b], vs[b], Ga, Gs[b], sink if b == 0 else None, a * c, b * c, scale,
-                                    window, backend) for b in range(a + 1)]
+            seen = _key_chunks(a, c, window)
+            parts = [_slice_forward(qa, ks[b], vs[b], Ga, Gs[b], sink if b == seen[0] else None, a * c, b * c, scale,
+                                    window, backend) for b in seen]
             o, lse = _merge([p[0] for p in parts], [p[1] for p in parts])
             outs.append(o), lses.append(lse)
         o, lse = torch.cat(outs, dim=1), torch.cat(lses, dim=1)
@@ -157,9 +167,10 @@ class _ContextParallelAttn(torch.autograd.Function):
             qa, doa = q[:, rows].contiguous(), do[:, rows].contiguous()
             la, Da = lse[:, rows].contiguous(), D[:, rows].contiguous()
             Ga = G[:, rows].contiguous() if gated else None
-            for b in range(a + 1):
+            seen = _key_chunks(a, c, ctx.window)
+            for b in seen:
                 sq, sk, sv, sgq, sgk, ss = _slice_backward(qa, ks[b], vs[b], doa, la, Da, Ga, Gs[b],
-                                                           sink if b == 0 else None, a * c, b * c, ctx.scale,
+                                                           sink if b == seen[0] else None, a * c, b * c, ctx.scale,
                                                            ctx.window, ctx.backend)
                 dq[:, rows] += sq.to(fp)
                 dks[b] += sk.to(fp)
