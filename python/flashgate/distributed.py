@@ -10,8 +10,10 @@ Q) and the cumulative gate, attends each of its query chunks against the key chu
 (``flashgate._C.attention_forward_slice``), and merges them by the LSE rule; with a window only the key chunks the
 window reaches. The backward gives every key chunk its shares of dK, dV and of the cumulative gate's gradient, sums
 them over the ranks (all-reduce), and makes dg by suffix sums over the whole sequence (a reverse exclusive scan of
-the chunks' totals). The sink goes with the first key chunk a query chunk attends. The slice ops run on the cpu
-backend so far: GPU tensors are refused there.
+the chunks' totals). The sink goes with the first key chunk a query chunk attends. Mode ``"ring"``: the same pairs,
+with one rank's K, V and G at a time passed to the next rank (point-to-point, under the step's compute), for when the
+whole sequence's K and V do not fit; in the backward they travel with their gradient shares, which one more hop
+brings to their owner. The slice ops run on the cpu backend so far: GPU tensors are refused there.
 """
 
 from typing import List, Optional
@@ -109,99 +111,169 @@ def _merge(os: List[Tensor], lses: List[Tensor]):
     return o.to(os[0].dtype), lse
 
 
-class _ContextParallelAttn(torch.autograd.Function):
+def _gate_prefix(g: Tensor, c: int, mine: List[int], fp, group, world: int) -> Tensor:
+    """The cumulative gate over the whole sequence at this rank's positions: each chunk's running sum plus the totals
+    of the chunks before it (an exclusive scan of every chunk's total over the ranks)."""
+    local = torch.cat([x.to(fp).cumsum(1) for x in g.chunk(2, dim=1)], dim=1)
+    totals = _all_gather_chunks(local[:, c - 1::c].contiguous(), group, world)  # [B, 1, HQ] each
+    before = torch.cumsum(torch.cat([torch.zeros_like(totals[0])] + totals[:-1], dim=1), dim=1)
+    return torch.cat([local[:, :c] + before[:, mine[0]:mine[0] + 1], local[:, c:] + before[:, mine[1]:mine[1] + 1]],
+                     dim=1)
+
+
+def _suffix_sums(dG: Tensor, c: int, mine: List[int], group, world: int) -> Tensor:
+    """dg_t = sum of dG_u over u >= t of the whole sequence: within each local chunk a reverse running sum, plus the
+    totals of the chunks after it (gathered from every rank)."""
+    chunks = [dG[:, :c], dG[:, c:]]
+    totals = _all_gather_chunks(torch.cat([x.sum(1, keepdim=True) for x in chunks], dim=1), group, world)
+    after = [sum((totals[b] for b in range(a + 1, 2 * world)), torch.zeros_like(totals[0])) for a in mine]
+    return torch.cat([x.flip(1).cumsum(1).flip(1) + t for x, t in zip(chunks, after)], dim=1)
+
+
+class _Ring:
+    """Point-to-point passing around the ring of ranks: each step sends what this rank holds to the next rank and
+    takes what the previous one held (non-blocking, under the step's compute)."""
+
+    def __init__(self, group, world: int, rank: int):
+        self.group, self.world = group, world
+        self.send_to = dist.get_global_rank(group, (rank + 1) % world) if group is not None else (rank + 1) % world
+        self.recv_from = dist.get_global_rank(group, (rank - 1) % world) if group is not None else (rank - 1) % world
+
+    def start(self, tensors: List[Tensor]):
+        received = [torch.empty_like(t) for t in tensors]
+        ops = [dist.isend(t.contiguous(), self.send_to, group=self.group) for t in tensors]
+        ops += [dist.irecv(r, self.recv_from, group=self.group) for r in received]
+        return ops, received
+
     @staticmethod
-    def forward(ctx, q, k, v, g, sink, scale, window, group, backend):
+    def finish(pending):
+        ops, received = pending
+        for op in ops:
+            op.wait()
+        return received
+
+
+class _ContextParallelAttn(torch.autograd.Function):
+    """Mode "allgather": every key chunk at once. Mode "ring": the key chunks of one rank at a time, passed around
+    the ring (forward: K, V, G; backward: K, V, G with their gradient shares, which end at their owner)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, sink, scale, window, group, backend, mode):
         world, rank = _world(group)
         c = q.shape[1] // 2
         mine = _chunks_of(rank, world)
         fp = _companion_dtype(q.dtype)
-        # The cumulative gate over the whole sequence: each chunk's running sum plus the totals of the chunks
-        # before it (an exclusive scan of every chunk's total).
-        G = None
-        if g is not None:
-            local = torch.cat([x.to(fp).cumsum(1) for x in g.chunk(2, dim=1)], dim=1)
-            totals = _all_gather_chunks(local[:, c - 1::c].contiguous(), group, world)  # [B, 1, HQ] each
-            before = torch.cumsum(torch.cat([torch.zeros_like(totals[0])] + totals[:-1], dim=1), dim=1)
-            G = torch.cat([local[:, :c] + before[:, mine[0]:mine[0] + 1], local[:, c:] + before[:, mine[1]:mine[1] + 1]],
-                          dim=1)
-        ks, vs = _all_gather_chunks(k, group, world), _all_gather_chunks(v, group, world)
-        Gs = _all_gather_chunks(G, group, world) if G is not None else [None] * (2 * world)
-        outs, lses = [], []
-        for i, a in enumerate(mine):
-            qa = q[:, i * c:(i + 1) * c].contiguous()
-            Ga = G[:, i * c:(i + 1) * c].contiguous() if G is not None else None
-            seen = _key_chunks(a, c, window)
-            parts = [_slice_forward(qa, ks[b], vs[b], Ga, Gs[b], sink if b == seen[0] else None, a * c, b * c, scale,
-                                    window, backend) for b in seen]
-            o, lse = _merge([p[0] for p in parts], [p[1] for p in parts])
-            outs.append(o), lses.append(lse)
-        o, lse = torch.cat(outs, dim=1), torch.cat(lses, dim=1)
-        ctx.save_for_backward(q, o, lse, G, sink, *ks, *vs, *([x for x in Gs] if G is not None else []))
-        ctx.layout = (world, rank, c, g is not None, g.dtype if g is not None else None)
-        ctx.scale, ctx.window, ctx.group, ctx.backend = scale, window, group, backend
+        G = _gate_prefix(g, c, mine, fp, group, world) if g is not None else None
+        parts = {a: [] for a in mine}
+
+        def attend(holder: int, kh: Tensor, vh: Tensor, Gh: Optional[Tensor]):
+            """Every local query chunk against the key chunks of rank `holder` (its shards kh, vh, Gh) it sees."""
+            for j, b in enumerate(_chunks_of(holder, world)):
+                for i, a in enumerate(mine):
+                    seen = _key_chunks(a, c, window)
+                    if b not in seen:
+                        continue
+                    rows = slice(i * c, (i + 1) * c)
+                    parts[a].append(_slice_forward(
+                        q[:, rows].contiguous(), kh[:, j * c:(j + 1) * c].contiguous(),
+                        vh[:, j * c:(j + 1) * c].contiguous(), G[:, rows].contiguous() if G is not None else None,
+                        Gh[:, j * c:(j + 1) * c].contiguous() if Gh is not None else None,
+                        sink if b == seen[0] else None, a * c, b * c, scale, window, backend))
+
+        if mode == "ring":
+            ring, held, holder = _Ring(group, world, rank), [k, v] + ([G] if G is not None else []), rank
+            for step in range(world):
+                pending = ring.start(held) if step + 1 < world else None
+                attend(holder, held[0], held[1], held[2] if G is not None else None)
+                if pending is not None:
+                    held, holder = _Ring.finish(pending), (holder - 1) % world
+        else:
+            ks, vs = _all_gather_chunks(k, group, world), _all_gather_chunks(v, group, world)
+            Gs = _all_gather_chunks(G, group, world) if G is not None else None
+            for holder in range(world):
+                own = _chunks_of(holder, world)
+                attend(holder, torch.cat([ks[b] for b in own], dim=1), torch.cat([vs[b] for b in own], dim=1),
+                       torch.cat([Gs[b] for b in own], dim=1) if G is not None else None)
+        merged = [_merge([p[0] for p in parts[a]], [p[1] for p in parts[a]]) for a in mine]
+        o, lse = torch.cat([m[0] for m in merged], dim=1), torch.cat([m[1] for m in merged], dim=1)
+        ctx.save_for_backward(q, k, v, o, lse, G, sink)
+        ctx.layout = (world, rank, c, g.dtype if g is not None else None)
+        ctx.scale, ctx.window, ctx.group, ctx.backend, ctx.mode = scale, window, group, backend, mode
         ctx.mark_non_differentiable(lse)
         return o, lse
 
     @staticmethod
     def backward(ctx, do, dlse):
         del dlse
-        world, rank, c, gated, g_dtype = ctx.layout
-        saved = ctx.saved_tensors
-        q, o, lse, G, sink = saved[:5]
-        n = 2 * world
-        ks, vs = list(saved[5:5 + n]), list(saved[5 + n:5 + 2 * n])
-        Gs = list(saved[5 + 2 * n:5 + 3 * n]) if gated else [None] * n
+        world, rank, c, g_dtype = ctx.layout
+        q, k, v, o, lse, G, sink = ctx.saved_tensors
+        gated = G is not None
         mine = _chunks_of(rank, world)
         fp = _companion_dtype(q.dtype)
         do = do.contiguous()
         D = (o.to(fp) * do.to(fp)).sum(-1)
         dq = torch.zeros_like(q, dtype=fp)
-        dks = [torch.zeros_like(x, dtype=fp) for x in ks]
-        dvs = [torch.zeros_like(x, dtype=fp) for x in vs]
-        dGs = [torch.zeros_like(x, dtype=fp) for x in Gs] if gated else None
         dGq = torch.zeros_like(G) if gated else None
         dsink = torch.zeros_like(sink, dtype=fp) if sink is not None else None
-        for i, a in enumerate(mine):
-            rows = slice(i * c, (i + 1) * c)
-            qa, doa = q[:, rows].contiguous(), do[:, rows].contiguous()
-            la, Da = lse[:, rows].contiguous(), D[:, rows].contiguous()
-            Ga = G[:, rows].contiguous() if gated else None
-            seen = _key_chunks(a, c, ctx.window)
-            for b in seen:
-                sq, sk, sv, sgq, sgk, ss = _slice_backward(qa, ks[b], vs[b], doa, la, Da, Ga, Gs[b],
-                                                           sink if b == seen[0] else None, a * c, b * c, ctx.scale,
-                                                           ctx.window, ctx.backend)
-                dq[:, rows] += sq.to(fp)
-                dks[b] += sk.to(fp)
-                dvs[b] += sv.to(fp)
-                if gated:
-                    dGq[:, rows] += sgq
-                    dGs[b] += sgk
-                if ss is not None:
-                    dsink += ss
-        # Every rank's shares of every key chunk, summed; each rank keeps its own two chunks.
-        flat = torch.cat([x.flatten() for x in dks + dvs + (dGs if gated else [])])
-        dist.all_reduce(flat, group=ctx.group)
-        pieces = list(flat.split([x.numel() for x in dks + dvs + (dGs if gated else [])]))
-        dks = [p.view(x.shape) for p, x in zip(pieces[:n], dks)]
-        dvs = [p.view(x.shape) for p, x in zip(pieces[n:2 * n], dvs)]
-        dk = torch.cat([dks[a] for a in mine], dim=1).to(q.dtype)
-        dv = torch.cat([dvs[a] for a in mine], dim=1).to(q.dtype)
-        dg = None
-        if gated:
-            dGs = [p.view(x.shape) for p, x in zip(pieces[2 * n:], dGs)]
-            dG = dGq + torch.cat([dGs[a] for a in mine], dim=1)
-            # dg_t = sum of dG_u over u >= t of the whole sequence: within each chunk a reverse running sum, plus the
-            # totals of the chunks after it.
-            chunk_dG = [dG[:, :c], dG[:, c:]]
-            totals = _all_gather_chunks(torch.cat([x.sum(1, keepdim=True) for x in chunk_dG], dim=1), group=ctx.group,
-                                        world=world)
-            after = [sum((totals[b] for b in range(a + 1, n)), torch.zeros_like(totals[0])) for a in mine]
-            dg = torch.cat([x.flip(1).cumsum(1).flip(1) + t for x, t in zip(chunk_dG, after)], dim=1).to(g_dtype)
+
+        def grads(holder: int, kh, vh, Gh, dk_acc, dv_acc, dG_acc):
+            """This rank's query chunks' shares against the key chunks of rank `holder`, added into the holder's
+            gradient accumulators (and into dq, dGq, dsink)."""
+            nonlocal dsink
+            for j, b in enumerate(_chunks_of(holder, world)):
+                keys = slice(j * c, (j + 1) * c)
+                for i, a in enumerate(mine):
+                    seen = _key_chunks(a, c, ctx.window)
+                    if b not in seen:
+                        continue
+                    rows = slice(i * c, (i + 1) * c)
+                    sq, sk, sv, sgq, sgk, ss = _slice_backward(
+                        q[:, rows].contiguous(), kh[:, keys].contiguous(), vh[:, keys].contiguous(),
+                        do[:, rows].contiguous(), lse[:, rows].contiguous(), D[:, rows].contiguous(),
+                        G[:, rows].contiguous() if gated else None, Gh[:, keys].contiguous() if gated else None,
+                        sink if b == seen[0] else None, a * c, b * c, ctx.scale, ctx.window, ctx.backend)
+                    dq[:, rows] += sq.to(fp)
+                    dk_acc[:, keys] += sk.to(fp)
+                    dv_acc[:, keys] += sv.to(fp)
+                    if gated:
+                        dGq[:, rows] += sgq
+                        dG_acc[:, keys] += sgk
+                    if ss is not None:
+                        dsink += ss
+
+        zeros = [torch.zeros_like(k, dtype=fp), torch.zeros_like(v, dtype=fp)] + (
+            [torch.zeros_like(G)] if gated else [])
+        if ctx.mode == "ring":
+            # K, V, G of one rank travel with their gradient shares; after the last step the shares take one more
+            # hop, which brings every rank's own back to it.
+            ring, holder = _Ring(ctx.group, world, rank), rank
+            held = [k, v] + ([G] if gated else []) + zeros
+            n = len(held) // 2
+            for step in range(world):
+                grads(holder, held[0], held[1], held[2] if gated else None, *held[n:n + 2],
+                      held[n + 2] if gated else None)
+                if step + 1 < world:
+                    held, holder = _Ring.finish(ring.start(held)), (holder - 1) % world
+            own = _Ring.finish(ring.start(held[n:])) if world > 1 else held[n:]
+        else:
+            ks, vs = _all_gather_chunks(k, ctx.group, world), _all_gather_chunks(v, ctx.group, world)
+            Gs = _all_gather_chunks(G, ctx.group, world) if gated else None
+            acc = [[torch.zeros_like(x) for x in zeros] for _ in range(world)]  # per holder
+            for holder in range(world):
+                ch = _chunks_of(holder, world)
+                grads(holder, torch.cat([ks[b] for b in ch], dim=1), torch.cat([vs[b] for b in ch], dim=1),
+                      torch.cat([Gs[b] for b in ch], dim=1) if gated else None, *acc[holder][:2],
+                      acc[holder][2] if gated else None)
+            # Every rank's shares of every key chunk summed over the ranks; each keeps its own.
+            flat = torch.cat([x.flatten() for per in acc for x in per])
+            dist.all_reduce(flat, group=ctx.group)
+            pieces = flat.split([x.numel() for per in acc for x in per])
+            own = [p.view(x.shape) for p, x in zip(pieces[rank * len(zeros):(rank + 1) * len(zeros)], zeros)]
+        dk, dv = own[0].to(q.dtype), own[1].to(q.dtype)
+        dg = _suffix_sums(dGq + own[2], c, mine, ctx.group, world).to(g_dtype) if gated else None
         if dsink is not None:
             dist.all_reduce(dsink, group=ctx.group)
-        return dq.to(q.dtype), dk, dv, dg, dsink, None, None, None, None
+        return dq.to(q.dtype), dk, dv, dg, dsink, None, None, None, None, None
 
 
 _DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -234,8 +306,8 @@ def context_parallel_attn(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] =
     q [B, T_local, HQ, K], k [B, T_local, H, K], v [B, T_local, H, V], g [B, T_local, HQ] this rank's shards
     (T_local = T / W, even); sink_bias [HQ] the same on every rank. Returns this rank's shard of o; gradients reach
     q, k, v, g and sink_bias. Every rank must call it with the same shapes and options."""
-    if mode != "allgather":
-        raise NotImplementedError(f"flashgate.distributed.context_parallel_attn: mode: only 'allgather' so far, got {mode!r}")
+    if mode not in ("allgather", "ring"):
+        raise ValueError(f"flashgate.distributed.context_parallel_attn: mode: 'allgather' or 'ring', got {mode!r}")
     if cu_seqlens is not None:
         raise NotImplementedError("flashgate.distributed.context_parallel_attn: cu_seqlens: packed sequences are not "
                                   "supported yet")
@@ -245,5 +317,5 @@ def context_parallel_attn(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] =
     _same_on_every_rank(q, k, v, g, sink_bias, window_size, scale, group)
     if sink_bias is not None and sink_bias.dtype != _companion_dtype(q.dtype):
         sink_bias = sink_bias.to(_companion_dtype(q.dtype))
-    o, _ = _ContextParallelAttn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend)
+    o, _ = _ContextParallelAttn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend, mode)
     return o

@@ -1,7 +1,7 @@
-"""Context parallelism (flashgate.distributed) for real: 2 and 4 processes on torch.distributed with gloo, the CPU
-backend. Each rank attends its zigzag shard of one sequence; its shard of o and of every gradient (q, k, v, g,
-sink) must match the single-process op on the whole sequence, in fp64. Every collective runs under a bounded
-timeout. Skips without torch (with gloo)."""
+"""Context parallelism (flashgate.distributed) for real: 1, 2 and 4 processes on torch.distributed with gloo, both
+modes (all-gather, ring), the CPU backend. Each rank attends its zigzag shard of one sequence; its shard of o and
+of every gradient (q, k, v, g, sink) must match the single-process op on the whole sequence, in fp64. Every
+collective runs under a bounded timeout. Skips without torch (with gloo)."""
 
 import datetime
 import os
@@ -35,7 +35,7 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_rank(rank, world, port, seed, case):
+def run_rank(rank, world, port, seed, case, mode):
     import flashgate
     from flashgate import distributed as cp
 
@@ -66,12 +66,12 @@ def run_rank(rank, world, port, seed, case):
         local = [cp.shard(t).clone().requires_grad_() if t.dim() > 1 else t.clone().requires_grad_()
                  for t in (q, k, v, g, s) if t is not None]
         o = cp.context_parallel_attn(local[0], local[1], local[2], g=local[3] if g is not None else None,
-                                     sink_bias=local[-1] if s is not None else None, window_size=window)
+                                     sink_bias=local[-1] if s is not None else None, window_size=window, mode=mode)
         grads = torch.autograd.grad(o, local, cp.shard(do))
 
         def check(name, got, want):
             err = (got - want).abs().max().item() / max(1.0, want.abs().max().item())
-            assert err < 1e-10, f"rank {rank} of {world}, {case}: {name} differs by {err:.3g}"
+            assert err < 1e-10, f"rank {rank} of {world}, {mode}, {case}: {name} differs by {err:.3g}"
 
         check("o", o, cp.shard(whole.detach()))
         names = ["dq", "dk", "dv"] + (["dg"] if g is not None else []) + (["dsink"] if s is not None else [])
@@ -99,9 +99,10 @@ def test_shards_of_unequal_layout_raise_on_every_rank():
     mp.start_processes(run_mismatch, args=(2, free_port()), nprocs=2, join=True, start_method="spawn")
 
 
-@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("mode", ["allgather", "ring"])
+@pytest.mark.parametrize("world", [1, 2, 4])
 @pytest.mark.parametrize("case", list(CASES))
-def test_context_parallel_matches_the_whole_sequence(world, case):
+def test_context_parallel_matches_the_whole_sequence(world, case, mode):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    mp.start_processes(run_rank, args=(world, free_port(), fresh_seed(), case), nprocs=world, join=True,
+    mp.start_processes(run_rank, args=(world, free_port(), fresh_seed(), case, mode), nprocs=world, join=True,
                        start_method="spawn")
