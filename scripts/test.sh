@@ -24,6 +24,13 @@ if [ -f pyproject.toml ]; then
   python3 -m venv build/venv
   build/venv/bin/python -m pip install -q --upgrade pip
   build/venv/bin/python -m pip install -q nanobind scikit-build-core numpy ml_dtypes pytest
+  # torch runs the torch layer's CPU tests and the context-parallel tests (torch.distributed with gloo, several
+  # processes); FLASHGATE_TEST_TORCH=0 skips the download (those tests then skip, and say so).
+  if [ "${FLASHGATE_TEST_TORCH:-1}" != 0 ]; then
+    torch_start=$(date +%s)
+    build/venv/bin/python -m pip install -q torch
+    echo "== torch install time: $(( $(date +%s) - torch_start )) s"
+  fi
   # Without a GPU the extension is built CPU-only: the CUDA kernels were compiled and tested above already.
   cuda_flag=()
   command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 || cuda_flag=(-C cmake.define.FLASHGATE_CUDA=OFF)
