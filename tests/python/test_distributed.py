@@ -3,6 +3,7 @@ modes (all-gather, ring), the CPU backend. Each rank attends its zigzag shard of
 of every gradient (q, k, v, g, sink) must match the single-process op on the whole sequence, in fp64. Every
 collective runs under a bounded timeout. Skips without torch (with gloo)."""
 
+import contextlib
 import datetime
 import os
 import socket
@@ -29,6 +30,17 @@ CASES = {
 }
 
 
+@contextlib.contextmanager
+def process_group(rank, world, port, seconds=60):
+    """This process as rank `rank` of a gloo group of `world` on localhost, every collective bounded by `seconds`."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=seconds))
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -39,9 +51,7 @@ def run_rank(rank, world, port, seed, case, mode):
     import flashgate
     from flashgate import distributed as cp
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
-    try:
+    with process_group(rank, world, port):
         feats = CASES[case]
         gen = torch.Generator().manual_seed(seed)  # the same whole-sequence inputs on every rank
         B, T, HQ, H, K, V = 2, 8 * world, 4, 2, 16, 12
@@ -77,30 +87,22 @@ def run_rank(rank, world, port, seed, case, mode):
         names = ["dq", "dk", "dv"] + (["dg"] if g is not None else []) + (["dsink"] if s is not None else [])
         for name, got, want in zip(names, grads, whole_grads):
             check(name, got, want if name == "dsink" else cp.shard(want))
-    finally:
-        dist.destroy_process_group()
 
 
 def run_mismatch(rank, world, port):
     from flashgate import distributed as cp
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
-    try:
+    with process_group(rank, world, port):
         T = 8 if rank == 0 else 12  # rank 1 holds a longer shard
         q, k, v = torch.randn(1, T, 2, 8), torch.randn(1, T, 1, 8), torch.randn(1, T, 1, 8)
         with pytest.raises(ValueError, match="every rank must pass the same shapes"):
             cp.context_parallel_attn(q, k, v)
-    finally:
-        dist.destroy_process_group()
 
 
 def run_compiled(rank, world, port):
     from flashgate import distributed as cp
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
-    try:
+    with process_group(rank, world, port, seconds=120):
         gen = torch.Generator().manual_seed(1)
         q, k, v = (torch.randn(1, 4 * world, h, 8, generator=gen, dtype=torch.float64) for h in (2, 1, 1))
         local = [cp.shard(t).requires_grad_() for t in (q, k, v)]
@@ -115,8 +117,6 @@ def run_compiled(rank, world, port):
         assert abs(compiled.item() - eager.item()) <= 1e-12 * abs(eager.item()), f"rank {rank}: compiled loss differs"
         for got, want in zip(compiled_grads, eager_grads):
             assert torch.allclose(got, want, rtol=1e-12, atol=1e-12), f"rank {rank}: compiled gradients differ"
-    finally:
-        dist.destroy_process_group()
 
 
 def test_under_torch_compile():
