@@ -13,7 +13,9 @@ them over the ranks (all-reduce), and makes dg by suffix sums over the whole seq
 the chunks' totals). The sink goes with the first key chunk a query chunk attends. Mode ``"ring"``: the same pairs,
 with one rank's K, V and G at a time passed to the next rank (point-to-point, under the step's compute), for when the
 whole sequence's K and V do not fit; in the backward they travel with their gradient shares, which one more hop
-brings to their owner. The slice ops run on the cpu backend so far: GPU tensors are refused there.
+brings to their owner. Packed sequences (``cu_seqlens`` of the whole packed sequence, B = 1, all-gather mode) may
+span shards: the pairs are cut at sequence boundaries and the gate's cumulative sums restart at each sequence. The
+slice ops run on the cpu backend so far: GPU tensors are refused there.
 """
 
 from typing import List, Optional
@@ -276,6 +278,133 @@ class _ContextParallelAttn(torch.autograd.Function):
         return dq.to(q.dtype), dk, dv, dg, dsink, None, None, None, None, None
 
 
+def _merge_into(o_acc: Tensor, lse_acc: Tensor, rows: slice, o: Tensor, lse: Tensor):
+    """The LSE rule for one part covering `rows` of the accumulators (in place; rows that see nothing stay 0)."""
+    old = lse_acc[:, rows]
+    new = torch.logaddexp(old, lse)
+    safe = torch.where(torch.isinf(new), torch.zeros_like(new), new)
+    o_acc[:, rows] = (o_acc[:, rows] * torch.exp(old - safe).unsqueeze(-1) +
+                      o.to(o_acc.dtype) * torch.exp(lse - safe).unsqueeze(-1))
+    lse_acc[:, rows] = new
+
+
+def _segmented(x: Tensor, bounds: List[int], reverse: bool) -> Tensor:
+    """Running sums of x [1, T, HQ] along time that restart at every sequence of `bounds` (cu_seqlens); `reverse`:
+    from each sequence's end (suffix sums)."""
+    out = torch.zeros_like(x)
+    for s0, s1 in zip(bounds[:-1], bounds[1:]):
+        seg = x[:, s0:s1]
+        out[:, s0:s1] = seg.flip(1).cumsum(1).flip(1) if reverse else seg.cumsum(1)
+    return out
+
+
+def _packed_parts(a: int, c: int, bounds: List[int], window: Optional[int]):
+    """The slice pairs of query chunk `a` (chunks of c tokens) in a packed sequence: (s0, rows, b, keys) for each
+    sequence [s0, s1) it holds rows of and each key chunk b with keys of that sequence the rows can see (positions
+    are global: rows and keys are ranges). The first pair of each sequence carries the sink (the diagonal one where
+    the window leaves the rows no key: it is never empty)."""
+    parts = []
+    for s0, s1 in zip(bounds[:-1], bounds[1:]):
+        r0, r1 = max(a * c, s0), min((a + 1) * c, s1)
+        if r0 >= r1:
+            continue
+        first_key = max(s0, r0 - window + 1) if window is not None else s0
+        seq_parts = []
+        for b in range(a + 1):
+            k0, k1 = max(b * c, first_key), min((b + 1) * c, s1, r1)
+            if k0 < k1:
+                seq_parts.append((s0, range(r0, r1), b, range(k0, k1)))
+        parts.append(seq_parts or [(s0, range(r0, r1), a, range(max(a * c, s0), r1))])
+    return parts
+
+
+class _PackedContextParallelAttn(torch.autograd.Function):
+    """Mode "allgather" over packed sequences (B = 1, cu_seqlens of the whole packed sequence): the chunk pairs of
+    _ContextParallelAttn cut further at sequence boundaries, each sequence's positions counted from its start; the
+    gate's cumulative sums restart at each sequence (from g gathered whole)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, sink, scale, window, group, backend, bounds):
+        world, rank = _world(group)
+        c = q.shape[1] // 2
+        mine = _chunks_of(rank, world)
+        fp = _companion_dtype(q.dtype)
+        ks, vs = _all_gather_chunks(k, group, world), _all_gather_chunks(v, group, world)
+        G_all = _segmented(torch.cat(_all_gather_chunks(g.to(fp), group, world), dim=1), bounds, False) \
+            if g is not None else None
+        o_acc = torch.zeros(tuple(q.shape[:3]) + (v.shape[-1],), dtype=fp, device=q.device)
+        lse_acc = torch.full(tuple(q.shape[:3]), float("-inf"), dtype=fp, device=q.device)
+        for i, a in enumerate(mine):
+            for seq_parts in _packed_parts(a, c, bounds, window):
+                for j, (s0, rows, b, keys) in enumerate(seq_parts):
+                    local = slice(i * c + rows.start - a * c, i * c + rows.stop - a * c)
+                    kl = slice(keys.start - b * c, keys.stop - b * c)
+                    o, lse = _slice_forward(
+                        q[:, local].contiguous(), ks[b][:, kl].contiguous(), vs[b][:, kl].contiguous(),
+                        G_all[:, rows.start:rows.stop].contiguous() if g is not None else None,
+                        G_all[:, keys.start:keys.stop].contiguous() if g is not None else None,
+                        sink if j == 0 else None, rows.start - s0, keys.start - s0, scale, window, backend)
+                    _merge_into(o_acc, lse_acc, local, o, lse)
+        o, lse = o_acc.to(q.dtype), lse_acc
+        ctx.save_for_backward(q, k, v, o, lse, G_all, sink)
+        ctx.layout = (world, rank, c, g.dtype if g is not None else None, bounds)
+        ctx.scale, ctx.window, ctx.group, ctx.backend = scale, window, group, backend
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        del dlse
+        world, rank, c, g_dtype, bounds = ctx.layout
+        q, k, v, o, lse, G_all, sink = ctx.saved_tensors
+        gated = G_all is not None
+        mine = _chunks_of(rank, world)
+        fp = _companion_dtype(q.dtype)
+        do = do.contiguous()
+        D = (o.to(fp) * do.to(fp)).sum(-1)
+        ks, vs = _all_gather_chunks(k, ctx.group, world), _all_gather_chunks(v, ctx.group, world)
+        dq = torch.zeros_like(q, dtype=fp)
+        dks = [torch.zeros_like(x, dtype=fp) for x in ks]
+        dvs = [torch.zeros_like(x, dtype=fp) for x in vs]
+        dG = torch.zeros_like(G_all) if gated else None
+        dsink = torch.zeros_like(sink, dtype=fp) if sink is not None else None
+        for i, a in enumerate(mine):
+            for seq_parts in _packed_parts(a, c, bounds, ctx.window):
+                for j, (s0, rows, b, keys) in enumerate(seq_parts):
+                    local = slice(i * c + rows.start - a * c, i * c + rows.stop - a * c)
+                    kl = slice(keys.start - b * c, keys.stop - b * c)
+                    sq, sk, sv, sgq, sgk, ss = _slice_backward(
+                        q[:, local].contiguous(), ks[b][:, kl].contiguous(), vs[b][:, kl].contiguous(),
+                        do[:, local].contiguous(), lse[:, local].contiguous(), D[:, local].contiguous(),
+                        G_all[:, rows.start:rows.stop].contiguous() if gated else None,
+                        G_all[:, keys.start:keys.stop].contiguous() if gated else None,
+                        sink if j == 0 else None, rows.start - s0, keys.start - s0, ctx.scale, ctx.window,
+                        ctx.backend)
+                    dq[:, local] += sq.to(fp)
+                    dks[b][:, kl] += sk.to(fp)
+                    dvs[b][:, kl] += sv.to(fp)
+                    if gated:
+                        dG[:, rows.start:rows.stop] += sgq
+                        dG[:, keys.start:keys.stop] += sgk
+                    if ss is not None:
+                        dsink += ss
+        flat = torch.cat([x.flatten() for x in dks + dvs + ([dG] if gated else [])])
+        dist.all_reduce(flat, group=ctx.group)
+        pieces = flat.split([x.numel() for x in dks + dvs + ([dG] if gated else [])])
+        n = 2 * world
+        dks = [p.view(x.shape) for p, x in zip(pieces[:n], dks)]
+        dvs = [p.view(x.shape) for p, x in zip(pieces[n:2 * n], dvs)]
+        dk = torch.cat([dks[a] for a in mine], dim=1).to(q.dtype)
+        dv = torch.cat([dvs[a] for a in mine], dim=1).to(q.dtype)
+        dg = None
+        if gated:
+            dg_all = _segmented(pieces[2 * n].view(dG.shape), bounds, True)
+            dg = torch.cat([dg_all[:, a * c:(a + 1) * c] for a in mine], dim=1).to(g_dtype)
+        if dsink is not None:
+            dist.all_reduce(dsink, group=ctx.group)
+        return dq.to(q.dtype), dk, dv, dg, dsink, None, None, None, None, None
+
+
 _DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 
 
@@ -304,18 +433,27 @@ def context_parallel_attn(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] =
                           mode: str = "allgather", backend: str = "auto") -> Tensor:
     """Causal attention of one sequence split over the ranks of ``group`` in the zigzag layout (see the module):
     q [B, T_local, HQ, K], k [B, T_local, H, K], v [B, T_local, H, V], g [B, T_local, HQ] this rank's shards
-    (T_local = T / W, even); sink_bias [HQ] the same on every rank. Returns this rank's shard of o; gradients reach
-    q, k, v, g and sink_bias. Every rank must call it with the same shapes and options."""
+    (T_local = T / W, even); sink_bias [HQ] the same on every rank; cu_seqlens (packed, B = 1) the offsets of the
+    whole packed sequence, the same on every rank. Returns this rank's shard of o; gradients reach q, k, v, g and
+    sink_bias. Every rank must call it with the same shapes and options."""
     if mode not in ("allgather", "ring"):
         raise ValueError(f"flashgate.distributed.context_parallel_attn: mode: 'allgather' or 'ring', got {mode!r}")
-    if cu_seqlens is not None:
-        raise NotImplementedError("flashgate.distributed.context_parallel_attn: cu_seqlens: packed sequences are not "
-                                  "supported yet")
+    if cu_seqlens is not None and (mode != "allgather" or q.shape[0] != 1):
+        raise NotImplementedError("flashgate.distributed.context_parallel_attn: cu_seqlens: packed sequences take "
+                                  f"mode 'allgather' and B == 1, got mode {mode!r} and B={q.shape[0]}")
     if q.shape[1] % 2:
         raise ValueError(f"flashgate.distributed.context_parallel_attn: q: a zigzag shard holds two equal chunks, "
                          f"got {q.shape[1]} tokens")
     _same_on_every_rank(q, k, v, g, sink_bias, window_size, scale, group)
     if sink_bias is not None and sink_bias.dtype != _companion_dtype(q.dtype):
         sink_bias = sink_bias.to(_companion_dtype(q.dtype))
+    if cu_seqlens is not None:
+        bounds = [int(x) for x in cu_seqlens.tolist()]
+        world, _ = _world(group)
+        if bounds[0] != 0 or bounds[-1] != q.shape[1] * world or any(x > y for x, y in zip(bounds, bounds[1:])):
+            raise ValueError("flashgate.distributed.context_parallel_attn: cu_seqlens: must rise from 0 to the whole "
+                             f"packed length {q.shape[1] * world}, got {bounds}")
+        o, _ = _PackedContextParallelAttn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend, bounds)
+        return o
     o, _ = _ContextParallelAttn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend, mode)
     return o
