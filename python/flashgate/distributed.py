@@ -5,12 +5,12 @@ Layout (zigzag): with W ranks a sequence of T tokens (a multiple of 2W) is cut i
 holds chunks r and 2W - 1 - r, one after the other on its time axis, so that every rank has as much causal work.
 :func:`shard` and :func:`unshard` move between a whole sequence and this layout.
 
-Mode ``"allgather"``: every rank gathers K and V of the whole sequence (under GQA they are HQ / H times smaller than
-Q) and the cumulative gate, attends each of its query chunks against the key chunks up to it with the slice ops
-(``flashgate._C.attention_forward_slice``), and merges them by the LSE rule; with a window only the key chunks the
-window reaches. The backward gives every key chunk its shares of dK, dV and of the cumulative gate's gradient, sums
-them over the ranks (all-reduce), and makes dg by suffix sums over the whole sequence (a reverse exclusive scan of
-the chunks' totals). The sink goes with the first key chunk a query chunk attends. Mode ``"ring"``: the same pairs,
+Mode ``"allgather"``: every rank gathers K, V and g of the whole sequence (under GQA K and V are HQ / H times smaller
+than Q), attends each of its query chunks against the key chunks up to it with the slice ops
+(``flashgate._C.attention_forward_slice``), and merges them by the LSE rule; with a window only the keys the window
+reaches. The backward gives every key chunk its shares of dK, dV and of the cumulative gate's gradient, sums them over
+the ranks (all-reduce), and makes dg by suffix sums over the whole sequence. The sink goes with the first key chunk
+a query chunk attends. Mode ``"ring"``: the same pairs,
 with one rank's K, V and G at a time passed to the next rank (point-to-point, under the step's compute), for when the
 whole sequence's K and V do not fit; in the backward they travel with their gradient shares, which one more hop
 brings to their owner. Packed sequences (``cu_seqlens`` of the whole packed sequence, B = 1, all-gather mode) may
@@ -84,7 +84,8 @@ def _slice_forward(q, k, v, gate_q, gate_k, sink, q_start, k_start, scale, windo
 
 def _slice_backward(q, k, v, do, lse, D, gate_q, gate_k, sink, q_start, k_start, scale, window, backend):
     fp = _companion_dtype(q.dtype)
-    dq, dk, dv = _empty(q.shape, q.dtype, q.device), _empty(k.shape, k.dtype, k.device), _empty(v.shape, v.dtype, v.device)
+    dq, dk = _empty(q.shape, q.dtype, q.device), _empty(k.shape, k.dtype, k.device)
+    dv = _empty(v.shape, v.dtype, v.device)
     dgq = _empty(gate_q.shape, fp, q.device) if gate_q is not None else None
     dgk = _empty(gate_k.shape, fp, q.device) if gate_k is not None else None
     dsink = _empty(sink.shape, fp, q.device) if sink is not None else None
@@ -105,12 +106,14 @@ def _key_chunks(a: int, c: int, window: Optional[int]) -> List[int]:
     return seen or [a]
 
 
-def _merge(os: List[Tensor], lses: List[Tensor]):
-    """The LSE rule: lse = log sum exp(lse_s), o = sum exp(lse_s - lse) o_s (rows that see nothing stay 0)."""
-    lse = torch.logsumexp(torch.stack(lses), dim=0)
-    safe = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)
-    o = sum(torch.exp(l - safe).unsqueeze(-1) * x.to(l.dtype) for x, l in zip(os, lses))
-    return o.to(os[0].dtype), lse
+def _merge_into(o_acc: Tensor, lse_acc: Tensor, rows: slice, o: Tensor, lse: Tensor):
+    """The LSE rule for one part covering `rows` of the accumulators (in place; rows that see nothing stay 0)."""
+    old = lse_acc[:, rows]
+    new = torch.logaddexp(old, lse)
+    safe = torch.where(torch.isinf(new), torch.zeros_like(new), new)
+    o_acc[:, rows] = (o_acc[:, rows] * torch.exp(old - safe).unsqueeze(-1) +
+                      o.to(o_acc.dtype) * torch.exp(lse - safe).unsqueeze(-1))
+    lse_acc[:, rows] = new
 
 
 def _gate_prefix(g: Tensor, c: int, mine: List[int], fp, group, world: int) -> Tensor:
@@ -155,18 +158,19 @@ class _Ring:
         return received
 
 
-class _ContextParallelAttn(torch.autograd.Function):
-    """Mode "allgather": every key chunk at once. Mode "ring": the key chunks of one rank at a time, passed around
-    the ring (forward: K, V, G; backward: K, V, G with their gradient shares, which end at their owner)."""
+class _RingAttn(torch.autograd.Function):
+    """Mode "ring": the key chunks of one rank at a time, passed around the ring (forward: K, V, G; backward: K, V, G
+    with their gradient shares, which end at their owner)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, g, sink, scale, window, group, backend, mode):
+    def forward(ctx, q, k, v, g, sink, scale, window, group, backend):
         world, rank = _world(group)
         c = q.shape[1] // 2
         mine = _chunks_of(rank, world)
         fp = _companion_dtype(q.dtype)
         G = _gate_prefix(g, c, mine, fp, group, world) if g is not None else None
-        parts = {a: [] for a in mine}
+        o_acc = torch.zeros(tuple(q.shape[:3]) + (v.shape[-1],), dtype=fp, device=q.device)
+        lse_acc = torch.full(tuple(q.shape[:3]), float("-inf"), dtype=fp, device=q.device)
 
         def attend(holder: int, kh: Tensor, vh: Tensor, Gh: Optional[Tensor]):
             """Every local query chunk against the key chunks of rank `holder` (its shards kh, vh, Gh) it sees."""
@@ -176,31 +180,23 @@ class _ContextParallelAttn(torch.autograd.Function):
                     if b not in seen:
                         continue
                     rows = slice(i * c, (i + 1) * c)
-                    parts[a].append(_slice_forward(
+                    o, lse = _slice_forward(
                         q[:, rows].contiguous(), kh[:, j * c:(j + 1) * c].contiguous(),
                         vh[:, j * c:(j + 1) * c].contiguous(), G[:, rows].contiguous() if G is not None else None,
                         Gh[:, j * c:(j + 1) * c].contiguous() if Gh is not None else None,
-                        sink if b == seen[0] else None, a * c, b * c, scale, window, backend))
+                        sink if b == seen[0] else None, a * c, b * c, scale, window, backend)
+                    _merge_into(o_acc, lse_acc, rows, o, lse)
 
-        if mode == "ring":
-            ring, held, holder = _Ring(group, world, rank), [k, v] + ([G] if G is not None else []), rank
-            for step in range(world):
-                pending = ring.start(held) if step + 1 < world else None
-                attend(holder, held[0], held[1], held[2] if G is not None else None)
-                if pending is not None:
-                    held, holder = _Ring.finish(pending), (holder - 1) % world
-        else:
-            ks, vs = _all_gather_chunks(k, group, world), _all_gather_chunks(v, group, world)
-            Gs = _all_gather_chunks(G, group, world) if G is not None else None
-            for holder in range(world):
-                own = _chunks_of(holder, world)
-                attend(holder, torch.cat([ks[b] for b in own], dim=1), torch.cat([vs[b] for b in own], dim=1),
-                       torch.cat([Gs[b] for b in own], dim=1) if G is not None else None)
-        merged = [_merge([p[0] for p in parts[a]], [p[1] for p in parts[a]]) for a in mine]
-        o, lse = torch.cat([m[0] for m in merged], dim=1), torch.cat([m[1] for m in merged], dim=1)
+        ring, held, holder = _Ring(group, world, rank), [k, v] + ([G] if G is not None else []), rank
+        for step in range(world):
+            pending = ring.start(held) if step + 1 < world else None
+            attend(holder, held[0], held[1], held[2] if G is not None else None)
+            if pending is not None:
+                held, holder = _Ring.finish(pending), (holder - 1) % world
+        o, lse = o_acc.to(q.dtype), lse_acc
         ctx.save_for_backward(q, k, v, o, lse, G, sink)
         ctx.layout = (world, rank, c, g.dtype if g is not None else None)
-        ctx.scale, ctx.window, ctx.group, ctx.backend, ctx.mode = scale, window, group, backend, mode
+        ctx.scale, ctx.window, ctx.group, ctx.backend = scale, window, group, backend
         ctx.mark_non_differentiable(lse)
         return o, lse
 
@@ -243,49 +239,23 @@ class _ContextParallelAttn(torch.autograd.Function):
                     if ss is not None:
                         dsink += ss
 
-        zeros = [torch.zeros_like(k, dtype=fp), torch.zeros_like(v, dtype=fp)] + (
-            [torch.zeros_like(G)] if gated else [])
-        if ctx.mode == "ring":
-            # K, V, G of one rank travel with their gradient shares; after the last step the shares take one more
-            # hop, which brings every rank's own back to it.
-            ring, holder = _Ring(ctx.group, world, rank), rank
-            held = [k, v] + ([G] if gated else []) + zeros
-            n = len(held) // 2
-            for step in range(world):
-                grads(holder, held[0], held[1], held[2] if gated else None, *held[n:n + 2],
-                      held[n + 2] if gated else None)
-                if step + 1 < world:
-                    held, holder = _Ring.finish(ring.start(held)), (holder - 1) % world
-            own = _Ring.finish(ring.start(held[n:])) if world > 1 else held[n:]
-        else:
-            ks, vs = _all_gather_chunks(k, ctx.group, world), _all_gather_chunks(v, ctx.group, world)
-            Gs = _all_gather_chunks(G, ctx.group, world) if gated else None
-            acc = [[torch.zeros_like(x) for x in zeros] for _ in range(world)]  # per holder
-            for holder in range(world):
-                ch = _chunks_of(holder, world)
-                grads(holder, torch.cat([ks[b] for b in ch], dim=1), torch.cat([vs[b] for b in ch], dim=1),
-                      torch.cat([Gs[b] for b in ch], dim=1) if gated else None, *acc[holder][:2],
-                      acc[holder][2] if gated else None)
-            # Every rank's shares of every key chunk summed over the ranks; each keeps its own.
-            flat = torch.cat([x.flatten() for per in acc for x in per])
-            dist.all_reduce(flat, group=ctx.group)
-            pieces = flat.split([x.numel() for per in acc for x in per])
-            own = [p.view(x.shape) for p, x in zip(pieces[rank * len(zeros):(rank + 1) * len(zeros)], zeros)]
+        # K, V, G of one rank travel with their gradient shares; after the last step the shares take one more hop,
+        # which brings every rank's own back to it.
+        zeros = [torch.zeros_like(k, dtype=fp), torch.zeros_like(v, dtype=fp)]
+        zeros += [torch.zeros_like(G)] if gated else []
+        ring, holder = _Ring(ctx.group, world, rank), rank
+        held = [k, v] + ([G] if gated else []) + zeros
+        n = len(held) // 2
+        for step in range(world):
+            grads(holder, held[0], held[1], held[2] if gated else None, *held[n:n + 2], held[n + 2] if gated else None)
+            if step + 1 < world:
+                held, holder = _Ring.finish(ring.start(held)), (holder - 1) % world
+        own = _Ring.finish(ring.start(held[n:])) if world > 1 else held[n:]
         dk, dv = own[0].to(q.dtype), own[1].to(q.dtype)
         dg = _suffix_sums(dGq + own[2], c, mine, ctx.group, world).to(g_dtype) if gated else None
         if dsink is not None:
             dist.all_reduce(dsink, group=ctx.group)
-        return dq.to(q.dtype), dk, dv, dg, dsink, None, None, None, None, None
-
-
-def _merge_into(o_acc: Tensor, lse_acc: Tensor, rows: slice, o: Tensor, lse: Tensor):
-    """The LSE rule for one part covering `rows` of the accumulators (in place; rows that see nothing stay 0)."""
-    old = lse_acc[:, rows]
-    new = torch.logaddexp(old, lse)
-    safe = torch.where(torch.isinf(new), torch.zeros_like(new), new)
-    o_acc[:, rows] = (o_acc[:, rows] * torch.exp(old - safe).unsqueeze(-1) +
-                      o.to(o_acc.dtype) * torch.exp(lse - safe).unsqueeze(-1))
-    lse_acc[:, rows] = new
+        return dq.to(q.dtype), dk, dv, dg, dsink, None, None, None, None
 
 
 def _segmented(x: Tensor, bounds: List[int], reverse: bool) -> Tensor:
@@ -298,8 +268,8 @@ def _segmented(x: Tensor, bounds: List[int], reverse: bool) -> Tensor:
     return out
 
 
-def _packed_parts(a: int, c: int, bounds: List[int], window: Optional[int]):
-    """The slice pairs of query chunk `a` (chunks of c tokens) in a packed sequence: (s0, rows, b, keys) for each
+def _sequence_parts(a: int, c: int, bounds: List[int], window: Optional[int]):
+    """The slice pairs of query chunk `a` (chunks of c tokens) cut at sequence boundaries: (s0, rows, b, keys) for each
     sequence [s0, s1) it holds rows of and each key chunk b with keys of that sequence the rows can see (positions
     are global: rows and keys are ranges). The first pair of each sequence carries the sink (the diagonal one where
     the window leaves the rows no key: it is never empty)."""
@@ -318,10 +288,10 @@ def _packed_parts(a: int, c: int, bounds: List[int], window: Optional[int]):
     return parts
 
 
-class _PackedContextParallelAttn(torch.autograd.Function):
-    """Mode "allgather" over packed sequences (B = 1, cu_seqlens of the whole packed sequence): the chunk pairs of
-    _ContextParallelAttn cut further at sequence boundaries, each sequence's positions counted from its start; the
-    gate's cumulative sums restart at each sequence (from g gathered whole)."""
+class _AllGatherAttn(torch.autograd.Function):
+    """Mode "allgather": every rank's K and V (and g) gathered, each query chunk against the key chunks it sees, cut
+    at the sequence boundaries `bounds` (cu_seqlens of a packed sequence, or [0, T] for each dense batch row) with
+    each sequence's positions counted from its start; the gate's cumulative sums restart at each sequence."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, sink, scale, window, group, backend, bounds):
@@ -335,7 +305,7 @@ class _PackedContextParallelAttn(torch.autograd.Function):
         o_acc = torch.zeros(tuple(q.shape[:3]) + (v.shape[-1],), dtype=fp, device=q.device)
         lse_acc = torch.full(tuple(q.shape[:3]), float("-inf"), dtype=fp, device=q.device)
         for i, a in enumerate(mine):
-            for seq_parts in _packed_parts(a, c, bounds, window):
+            for seq_parts in _sequence_parts(a, c, bounds, window):
                 for j, (s0, rows, b, keys) in enumerate(seq_parts):
                     local = slice(i * c + rows.start - a * c, i * c + rows.stop - a * c)
                     kl = slice(keys.start - b * c, keys.stop - b * c)
@@ -369,7 +339,7 @@ class _PackedContextParallelAttn(torch.autograd.Function):
         dG = torch.zeros_like(G_all) if gated else None
         dsink = torch.zeros_like(sink, dtype=fp) if sink is not None else None
         for i, a in enumerate(mine):
-            for seq_parts in _packed_parts(a, c, bounds, ctx.window):
+            for seq_parts in _sequence_parts(a, c, bounds, ctx.window):
                 for j, (s0, rows, b, keys) in enumerate(seq_parts):
                     local = slice(i * c + rows.start - a * c, i * c + rows.stop - a * c)
                     kl = slice(keys.start - b * c, keys.stop - b * c)
@@ -447,13 +417,15 @@ def context_parallel_attn(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] =
     _same_on_every_rank(q, k, v, g, sink_bias, window_size, scale, group)
     if sink_bias is not None and sink_bias.dtype != _companion_dtype(q.dtype):
         sink_bias = sink_bias.to(_companion_dtype(q.dtype))
+    if mode == "ring":
+        o, _ = _RingAttn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend)
+        return o
+    world, _ = _world(group)
+    bounds = [0, q.shape[1] * world]  # dense: each batch row one sequence
     if cu_seqlens is not None:
         bounds = [int(x) for x in cu_seqlens.tolist()]
-        world, _ = _world(group)
         if bounds[0] != 0 or bounds[-1] != q.shape[1] * world or any(x > y for x, y in zip(bounds, bounds[1:])):
             raise ValueError("flashgate.distributed.context_parallel_attn: cu_seqlens: must rise from 0 to the whole "
                              f"packed length {q.shape[1] * world}, got {bounds}")
-        o, _ = _PackedContextParallelAttn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend, bounds)
-        return o
-    o, _ = _ContextParallelAttn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend, mode)
+    o, _ = _AllGatherAttn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend, bounds)
     return o
