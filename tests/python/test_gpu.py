@@ -403,13 +403,13 @@ def test_hopper_backward_refuses_exact_d_above_256(rng):
 
 
 @pytest.mark.parametrize("layout", ["dense", "packed"])
-@pytest.mark.parametrize("feature", ["none", "w65", "gate+window+sink"])
+@pytest.mark.parametrize("feature", ["none", "w65", "sink", "gate+window+sink"])
 @pytest.mark.parametrize("dims", [(64, 64), (128, 128), (96, 40), (192, 128), (256, 256), (512, 512)],
                          ids=lambda d: f"K{d[0]}V{d[1]}")
 @pytest.mark.parametrize("dtype", [F16, BF16], ids=["fp16", "bf16"])
 def test_hopper_deterministic_backward(rng, dtype, dims, feature, layout):
-    """Deterministic mode on the Hopper backward: dQ (and the row sums) added in key-tile order across many key
-    tiles and query tiles; three runs give the same bytes, and the first matches the fp64 reference."""
+    """Deterministic mode on the Hopper backward: dQ (and the row sums, or dsink's parts) added in key-tile order
+    across many key tiles and query tiles; three runs give the same bytes, and the first matches the fp64 reference."""
     if not hopper_built():
         pytest.skip("the Hopper kernels are not built into this library (or this GPU is not sm_90)")
     K, V = dims

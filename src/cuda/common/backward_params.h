@@ -18,15 +18,22 @@ struct BackwardParams {
   int do_width = 16, dq_width = 16, dk_width = 16, dv_width = 16;  // row byte alignment (row_copy_width)
   int K16 = 16, V16 = 16;               // head dims rounded up to the MMA k-step
   bool deterministic = false;
-  bool need_E = false;                  // gate or sink: E[i] = sum_j P dP is needed
+  bool need_E = false;                  // gate or sink (unless sink_parts): E[i] = sum_j P dP is needed
   bool exact_D = false;                 // D[i] = sum_j P dP by a query-major pre-pass, not o·do (backward.h)
 
   // Workspace.
   float* lse = nullptr;     // contiguous copy of the forward's lse (natural log)
   float* D = nullptr;       // o·do
-  float* E = nullptr;       // sum_j P dP (need_E)
-  float* mass = nullptr;    // sum_j P, the visible keys' share of the row's softmax mass (gate)
+  float* E = nullptr;       // sum_j P dP (need_E), or sum_j dS with ds_row_sums
+  float* mass = nullptr;    // sum_j P, the visible keys' share of the row's softmax mass (gate; not with ds_row_sums)
+  // The Hopper dK/dV kernels' row sums: E holds sum_j dS = sum_j P dP - D mass (what dg's row term is) and the
+  // mass stays 0; dsink's E is then that plus D (1 - exp(sink - lse)).
+  bool ds_row_sums = false;
   float* colsum = nullptr;  // sum_i dS[i,t] per query head (gate)
+  // The Hopper narrow dK/dV kernel with a sink and no gate (sink_part_index): each consumer warp's part of
+  // sum exp(sink - lse_i) P_ij dP_ij over one key tile and query head, in place of E (dsink sums them in order).
+  float* sink_parts = nullptr;
+  int64_t sink_part_tiles = 0;  // key tiles of that kernel's schedule
   float* dq_acc = nullptr;  // fp32 dq / scale (MMA kernels: default mode; Hopper: both) in dq_acc_offset's layout
   int* dq_order = nullptr;  // Hopper deterministic mode: per dQ row block (dq_order_index), the adds made so far
   unsigned* next_item = nullptr;  // Hopper: the persistent dK/dV kernel's item dispenser (starts at 0)
@@ -38,7 +45,7 @@ struct BackwardParams {
   int kv_heads_together = 1;
 
   // The key-major kernel's variant with E/mass row sums and the gate's terms (dkdv_kernel kRowSums); the
-  // one without them is for neither a gate nor a sink.
+  // one without them is for neither a gate nor a sink (or a sink summed into sink_parts).
   FG_HOST_DEVICE bool needs_row_sums() const { return need_E || a.has_gate; }
 
   FG_HOST_DEVICE int64_t row_index(int64_t b, int64_t h, int64_t t) const { return (b * a.HQ + h) * a.T + t; }
@@ -91,5 +98,11 @@ FG_HOST_DEVICE KeyItem key_item(const BackwardParams& p, int64_t num_key_tiles, 
   const int64_t heads = p.a.H - group * together < together ? p.a.H - group * together : together;
   return {group * together + in_group % heads, in_group / heads};
 }
+
+// sink_parts' layout: [kv head][key tile order][query head of the group][8 consumer warps].
+FG_HOST_DEVICE int64_t sink_part_index(const BackwardParams& p, int64_t hk, int64_t order, int64_t h, int warp) {
+  return ((hk * p.sink_part_tiles + order) * p.a.group + (h - hk * p.a.group)) * 8 + warp;
+}
+FG_HOST_DEVICE int64_t sink_part_count(const BackwardParams& p) { return p.a.H * p.sink_part_tiles * p.a.group * 8; }
 
 }  // namespace flashgate::cuda::bwd

@@ -1,6 +1,7 @@
 // The Hopper key-major backward kernel (sm_90a) for fp16/bf16 in the default (atomic dQ) mode: dK, dV of one key
-// tile and one kv head, dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row sums E
-// (and, with a gate, the mass) by atomics and the gate's column sums of dS. Its shape is backward.h's DkdvTile.
+// tile and one kv head, dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row sums of dS
+// (BackwardParams::ds_row_sums) by atomics and the gate's column sums of dS; with a sink and no gate (p.sink_parts)
+// instead each consumer warp's part of dsink's sum. Its shape is backward.h's DkdvTile.
 //
 // Warpgroup 0 produces: one elected lane loads K and V once and streams each step's Q and dO tiles through a
 // two-stage ring with TMA; a second warp stages the step's row terms ((lse - Gc) in the log2 domain, +inf where a
@@ -9,7 +10,7 @@
 // consumers' dS^T: the one-step lag lets the consumers drift apart, so one's softmax work overlaps the other's MMAs.
 //
 // Shared memory: K, V [kD/64][128 keys][64]; per stage Q, dO [kD/64][BM rows][64]; dS^T [2][BM/64][128 keys][64];
-// the terms [stage][lse | D][BM]; with kRowSums the E and mass partials [2][E | mass][warp][BM]. Every 64-column
+// the terms [stage][lse | D | sink weight][BM]; with kRowSums the row sums' partials [2][warp][BM]. Every 64-column
 // block is 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts); the consumers write dS^T in
 // that same swizzle.
 #pragma once
@@ -51,7 +52,7 @@ namespace bwd_detail {
 struct KeyWork {
   SequenceSpan seq;
   int64_t seq_index = 0;  // the sequence's number (the batch index when dense)
-  int64_t hk = 0;
+  int64_t hk = 0, order = 0;  // the kv head and the key tile's place in the order (bwd::key_item)
   int j0 = 0, rows_begin = 0, tiles_per_head = 0, steps = 0;
   bool valid = false;
 };
@@ -67,6 +68,7 @@ __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const 
   KeyWork w;
   const bwd::KeyItem ki = bwd::key_item(p, keys.num_tiles, item);
   w.hk = ki.hk;
+  w.order = ki.order;
   // Deterministic mode adds dQ in descending key-tile order (Consumer::wait_turn), so its tiles come lightest
   // first: a tile only waits for tiles that come before it, which are done or under way.
   const int64_t order = ki.order;
@@ -176,13 +178,13 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
   __device__ __forceinline__ T* ds(int buffer) const {
     return reinterpret_cast<T*>(base + 2 * Tile::kKBytes + kS * 2 * Tile::kQBytes + buffer * Tile::kDsBytes);
   }
-  // The row offsets r[BM] then D[BM] of stage s.
+  // The row offsets r[BM], D[BM] and the sink weights exp(sink - lse)[BM] (with p.sink_parts) of stage s.
   __device__ __forceinline__ float* terms(int s) const {
     return reinterpret_cast<float*>(base + 2 * Tile::kKBytes + kS * 2 * Tile::kQBytes + 2 * Tile::kDsBytes) +
-           s * 2 * Tile::BM;
+           s * Tile::kTermRows * Tile::BM;
   }
-  // The consumer warps' partial E and mass of a step's queries, [buffer][E | mass][8 warps][BM].
-  __device__ __forceinline__ float* sums(int buffer) const { return terms(kS) + buffer * 2 * 8 * Tile::BM; }
+  // The consumer warps' partial row sums of dS of a step's queries, [buffer][8 warps][BM].
+  __device__ __forceinline__ float* sums(int buffer) const { return terms(kS) + buffer * 8 * Tile::BM; }
   using Bars::kv_full, Bars::kv_empty, Bars::q_full, Bars::q_empty, Bars::t_full, Bars::t_empty;
   __device__ __forceinline__ uint64_t* ds_full(int b) const { return this->bars + Bars::kCount + b; }
   __device__ __forceinline__ uint64_t* ds_empty(int b) const { return this->bars + Bars::kCount + 2 + b; }
@@ -242,8 +244,8 @@ __device__ __forceinline__ void produce(const DkdvParams& p, const Buf& buf, con
 
 // A producer warp stages each step's row terms: the row offset r = (lse - Gc) log2 e, so that P = exp2(s scale
 // log2 e - r - Gc_key log2 e) (+inf where the row takes no probability: past the sequence, or a row that sees no
-// key), and D.
-template <class Buf>
+// key), D, and with kSinkWeights and p.sink_parts the sink's share exp(sink - lse) (0 where the row takes none).
+template <class Buf, bool kSinkWeights = false>
 __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                             uint32_t step) {
   using Tile = typename Buf::Tile;
@@ -254,12 +256,15 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
     buf.wait_free(buf.t_empty(s), step + it);
     const int64_t base = p.row_index(w.seq.batch, st.h, w.seq.start);
     const float* gc = p.a.has_gate ? p.a.gc_row(w.seq.batch, st.h) + w.seq.start : nullptr;
+    const float sink = kSinkWeights && p.sink_parts ? p.a.sink[st.h] : 0.f;
     float* dst = buf.terms(s);
     for (int r = lane; r < Tile::BM; r += 32) {
       const int i = st.i0 + r;
       const float lse = i < w.seq.len ? p.lse[base + i] : -INFINITY;
       dst[r] = lse == -INFINITY ? INFINITY : (lse - (gc ? gc[i] : 0.f)) * kLog2e;
       dst[Tile::BM + r] = i < w.seq.len ? p.D[base + i] : 0.f;
+      if constexpr (kSinkWeights)
+        if (p.sink_parts) dst[2 * Tile::BM + r] = lse == -INFINITY ? 0.f : expf(sink - lse);
     }
     ptx::barrier_arrive(buf.t_full(s));
   }
@@ -276,6 +281,9 @@ class Consumer {
 
  public:
   using Operand = uint32_t[BM / 16][4];
+  // Whether it sums dsink's parts itself (p.sink_parts; host/hopper_backward.h): without the row sums, at kD 128 (D64's
+  // consumers have no register to spare for it).
+  static constexpr bool kSinkParts = !kRowSums && kD == 128;
 
   __device__ __forceinline__ Consumer(const bwd::BackwardParams& p, const KeyWork& w, int me)
       : p_(p), w_(w), me_(me), lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32) {
@@ -335,24 +343,31 @@ class Consumer {
   }
 
   // dS^T = P^T (dP^T - D), with P^T and dS^T packed into the A operands pt and dst as they are made.
-  // kRowSums: the warp's parts of E (sum_keys P dP) and the mass (sum_keys P) of each query go to `partials`
-  // ([E | mass][8 warps][BM]), and the key rows' sums of dS^T are added to colsum_ (the gate's column sums).
+  // kRowSums: the warp's parts of each query's sum of dS go to `partials` ([8 warps][BM]), and the key rows' sums of
+  // dS^T are added to colsum_ (the gate's column sums).
+  // Else with p.sink_parts: sum_queries exp(sink - lse) sum_keys P dP is added to sink_sum_ (dsink's part).
   __device__ __forceinline__ void gradients(const float (&s)[kS], const float (&dp)[kS], const float* terms,
                                             float* partials, Operand& pt, Operand& dst) {
     const int c = lane_ % 4, warp = 4 * me_ + warp_;
+    float held[2];  // kRowSums: column block j - 1's sums, reduced with block j's
 #pragma unroll
     for (int j = 0; j < BM / 8; ++j) {
       const float2 d = *reinterpret_cast<const float2*>(terms + BM + 8 * j + 2 * c);
-      float ds[4], sums[4] = {0.f, 0.f, 0.f, 0.f};  // E of columns 2c, 2c + 1, then their mass
+      float ds[4], sums[2] = {0.f, 0.f};  // the sums of dS of columns 2c, 2c + 1 over the thread's two keys
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float pr = s[4 * j + e], dpv = dp[4 * j + e];
         ds[e] = pr * (dpv - ((e & 1) ? d.y : d.x));
         if constexpr (kRowSums) {
-          sums[e & 1] += pr * dpv;
-          sums[2 + (e & 1)] += pr;
+          sums[e & 1] += ds[e];
           colsum_[e >> 1] += ds[e];
         }
+      }
+      if (kSinkParts && p_.sink_parts) {  // columns 2c, 2c + 1: each weight times its sum over the two keys
+        const float2 weight = *reinterpret_cast<const float2*>(terms + 2 * BM + 8 * j + 2 * c);
+        const float e0 = fmaf(s[4 * j], dp[4 * j], s[4 * j + 2] * dp[4 * j + 2]);
+        const float e1 = fmaf(s[4 * j + 1], dp[4 * j + 1], s[4 * j + 3] * dp[4 * j + 3]);
+        sink_sum_ = fmaf(e0, weight.x, fmaf(e1, weight.y, sink_sum_));
       }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {  // the operand places of cuda/ptx/wgmma.h: k-step j / 2
@@ -360,30 +375,41 @@ class Consumer {
         dst[j / 2][2 * (j % 2) + half] = ptx::pack2<T>(ds[2 * half], ds[2 * half + 1]);
       }
       if constexpr (kRowSums) {
-        // Sum the four over the warp's 8 key rows (lanes c, c + 4, ..): each exchange halves what a lane keeps,
-        // so lane bits 4 and 3 end up naming which of the four it holds.
-        const bool b4 = lane_ & 16, b3 = lane_ & 8;
-        float keep0 = b4 ? sums[2] : sums[0], keep1 = b4 ? sums[3] : sums[1];
-        keep0 += __shfl_xor_sync(0xffffffffu, b4 ? sums[0] : sums[2], 16);
-        keep1 += __shfl_xor_sync(0xffffffffu, b4 ? sums[1] : sums[3], 16);
-        float keep = b3 ? keep1 : keep0;
-        keep += __shfl_xor_sync(0xffffffffu, b3 ? keep0 : keep1, 8);
-        keep += __shfl_xor_sync(0xffffffffu, keep, 4);
-        if (!(lane_ & 4)) partials[((b4 ? 8 : 0) + warp) * BM + 8 * j + 2 * c + (b3 ? 1 : 0)] = keep;
+        if (j % 2 == 0) {
+          held[0] = sums[0], held[1] = sums[1];
+        } else {
+          // Sum the four of column blocks j - 1 and j over the warp's 8 key rows (lanes c, c + 4, ..): each
+          // exchange halves what a lane keeps, so lane bits 4 and 3 end up naming which of the four it holds.
+          const bool b4 = lane_ & 16, b3 = lane_ & 8;
+          float keep0 = b4 ? sums[0] : held[0], keep1 = b4 ? sums[1] : held[1];
+          keep0 += __shfl_xor_sync(0xffffffffu, b4 ? held[0] : sums[0], 16);
+          keep1 += __shfl_xor_sync(0xffffffffu, b4 ? held[1] : sums[1], 16);
+          float keep = b3 ? keep1 : keep0;
+          keep += __shfl_xor_sync(0xffffffffu, b3 ? keep0 : keep1, 8);
+          keep += __shfl_xor_sync(0xffffffffu, keep, 4);
+          if (!(lane_ & 4)) partials[warp * BM + 8 * (j - 1 + (b4 ? 1 : 0)) + 2 * c + (b3 ? 1 : 0)] = keep;
+        }
       }
     }
   }
 
-  // kRowSums: once both consumers stored their partials, BM threads add a query's eight into E (and the mass).
+  // kRowSums: once both consumers stored their partials, BM threads add a query's eight into E.
   __device__ __forceinline__ void add_sums(const float* partials, int64_t h, int i0) const {
     const int t = ptx::warpgroup_thread() + 128 * me_;
     if (t >= BM || i0 + t >= w_.seq.len) return;
-    float e = 0.f, mass = 0.f;
+    float e = 0.f;
 #pragma unroll
-    for (int w = 0; w < 8; ++w) e += partials[w * BM + t], mass += partials[(8 + w) * BM + t];
-    const int64_t row = p_.row_index(w_.seq.batch, h, w_.seq.start) + i0 + t;
-    atomicAdd(p_.E + row, e);
-    if (p_.a.has_gate) atomicAdd(p_.mass + row, mass);
+    for (int w = 0; w < 8; ++w) e += partials[w * BM + t];
+    atomicAdd(p_.E + p_.row_index(w_.seq.batch, h, w_.seq.start) + i0 + t, e);
+  }
+
+  // With p.sink_parts (and no row sums): at the end of query head h's steps, the warp's part of dsink's sum.
+  __device__ __forceinline__ void store_sink_part(int64_t h) {
+    if constexpr (kSinkParts) {
+      const float v = warp_sum(sink_sum_);
+      sink_sum_ = 0.f;
+      if (lane_ == 0) p_.sink_parts[bwd::sink_part_index(p_, w_.hk, w_.order, h, 4 * me_ + warp_)] = v;
+    }
   }
 
   // kRowSums with a gate: at the end of query head h's steps, the key rows' sums of dS over its queries.
@@ -496,6 +522,7 @@ class Consumer {
   const int me_, lane_, warp_;
   float dk_[kAcc], dv_[kAcc];
   float colsum_[kRowSums ? 2 : 1] = {};  // kRowSums: this thread's part of its keys' dS sums for the current head
+  float sink_sum_ = 0.f;                  // kSinkParts: this thread's part of dsink's sum for the current head
 };
 
 }  // namespace bwd_detail
@@ -553,7 +580,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         if (item < 0) break;
         const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
         if (!w.valid || w.steps == 0) continue;
-        bwd_detail::stage_terms(p.b, buf, w, step);
+        bwd_detail::stage_terms<Buffers, bwd_detail::Consumer<T, kD, kRowSums>::kSinkParts>(p.b, buf, w, step);
         step += w.steps;
       }
     }
@@ -651,6 +678,8 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
           c.store_colsum(st.h);
           if (it + 1 < w.steps) key_term = c.key_terms(st.h + 1);
         }
+      } else if (Consumer::kSinkParts && p.b.sink_parts && (it + 1) % w.tiles_per_head == 0) {
+        c.store_sink_part(st.h);
       }
     }
     finish_step(w.steps - 1, peek_turns(w.steps - 1));

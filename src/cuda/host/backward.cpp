@@ -142,6 +142,11 @@ Plan make_plan(const BackwardArgs& args, BackwardParams& p, const DeviceFacts& d
     plan.hopper = true;
     plan.tiles.key_tile = hopper_dkdv_key_rows(p);
     p.head_parts = 1;
+    p.ds_row_sums = true;
+    if (hopper_dkdv_sums_sink(p)) {  // dsink from the kernel's parts, no row sums E
+      p.need_E = false;
+      p.sink_part_tiles = cuda::make_tile_schedule(p.a, plan.tiles.key_tile, nullptr).num_tiles;
+    }
   }
 #else
   (void)args, (void)kernels;
@@ -188,8 +193,9 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
   p.lse = w.take<float>(rows);
   p.D = w.take<float>(rows);
   if (p.need_E) p.E = w.take<float>(rows);
+  if (p.sink_part_tiles > 0) p.sink_parts = w.take<float>(cuda::bwd::sink_part_count(p));
   if (p.a.has_gate) p.colsum = w.take<float>(rows);
-  if (p.a.has_gate) p.mass = w.take<float>(rows);
+  if (p.a.has_gate && !p.ds_row_sums) p.mass = w.take<float>(rows);
   if (!plan.mma) return m;
   if (dq_by_atomics(p, plan)) p.dq_acc = w.take<float>(dq_acc_floats(p));
   if (plan.hopper && p.deterministic) p.dq_order = w.take<int>(dq_order_counters(p));
@@ -304,6 +310,7 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
   cuda::bwd::launch_prepare_rows(p, stream);
   zero_async(p.E, rows, stream);  // rows outside every sequence (broken unchecked cu_seqlens) stay 0
   zero_async(p.mass, rows, stream);
+  zero_async(p.sink_parts, cuda::bwd::sink_part_count(p), stream);  // key tiles no row sees add nothing
   zero_async(p.dq_acc, dq_acc_floats(p), stream);
   zero_async(p.dq_order, dq_order_counters(p), stream);
   zero_async(p.next_item, 1, stream);

@@ -61,6 +61,11 @@ int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p) {
   return wide(p) ? cuda::hopper::DkdvWideTile<256, 256>::BN : cuda::hopper::DkdvTile<64>::BN;
 }
 
+bool hopper_dkdv_sums_sink(const cuda::bwd::BackwardParams& p) {
+  const bool bucket_128 = !wide(p) && (p.a.K > 64 || p.a.V > 64);  // Consumer::kSinkParts
+  return bucket_128 && p.a.has_sink && !p.a.has_gate;
+}
+
 std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
   const cuda::AttentionParams& a = p.a;
   if (dev.major != 9) return "needs an sm_90 GPU";

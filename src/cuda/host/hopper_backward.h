@@ -21,6 +21,10 @@ int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p);
 // exact-D pre-pass), every feature, both modes, and tensor-map-ready q, k, v, dout.
 std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const DeviceFacts& dev);
 
+// Whether that kernel sums the sink's gradient itself (BackwardParams::sink_parts) rather than the row sums E: the
+// narrow kernel's 128 bucket (K or V above 64, both up to 128) with a sink and no gate.
+bool hopper_dkdv_sums_sink(const cuda::bwd::BackwardParams& p);
+
 // Runs it over `keys` (tile_rows hopper_dkdv_key_rows()); p.head_parts must be 1.
 void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const cuda::TileSchedule& keys,
                         cudaStream_t stream);
