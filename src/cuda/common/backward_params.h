@@ -24,11 +24,8 @@ struct BackwardParams {
   // Workspace.
   float* lse = nullptr;     // contiguous copy of the forward's lse (natural log)
   float* D = nullptr;       // o·do
-  float* E = nullptr;       // sum_j P dP (need_E), or sum_j dS with ds_row_sums
-  float* mass = nullptr;    // sum_j P, the visible keys' share of the row's softmax mass (gate; not with ds_row_sums)
-  // The Hopper dK/dV kernels' row sums: E holds sum_j dS = sum_j P dP - D mass (what dg's row term is) and the
-  // mass stays 0; dsink's E is then that plus D (1 - exp(sink - lse)).
-  bool ds_row_sums = false;
+  float* E = nullptr;       // sum_j P dP (need_E)
+  float* mass = nullptr;    // sum_j P, the visible keys' share of the row's softmax mass (gate)
   float* colsum = nullptr;  // sum_i dS[i,t] per query head (gate)
   // The Hopper narrow dK/dV kernel with a sink and no gate (sink_part_index): each consumer warp's part of
   // sum exp(sink - lse_i) P_ij dP_ij over one key tile and query head, in place of E (dsink sums them in order).

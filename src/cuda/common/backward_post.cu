@@ -86,11 +86,10 @@ __global__ void __launch_bounds__(kThreads) gate_grad_kernel(BackwardParams p, i
       const int u = seq.len - 1 - (chunk + static_cast<int>(threadIdx.x));  // reversed position
       float x = 0.f;
       if (u >= 0) {
-        // Row side sum_j dS[u,j] (= E_u - D_u sum_j P[u,j]) from the kernels' own sums: with the same D and
-        // P as the column sums on the other side, a row far below t cancels out of the suffix sum exactly
+        // Row side sum_j dS[u,j] = E_u - D_u sum_j P[u,j] from the kernels' own sums: with the same D and P
+        // as the column sums on the other side, a row far below t cancels out of the suffix sum exactly
         // (up to fp32 order), instead of leaving its o-rounding error E - D or an lse mismatch behind.
-        const float row = p.ds_row_sums ? p.E[base + u] : p.E[base + u] - p.D[base + u] * p.mass[base + u];
-        x = row - p.colsum[base + u];
+        x = (p.E[base + u] - p.D[base + u] * p.mass[base + u]) - p.colsum[base + u];
       }
       float inclusive = x;
 #pragma unroll
@@ -128,10 +127,8 @@ __global__ void __launch_bounds__(kThreads) sink_grad_kernel(BackwardParams p) {
       for (int64_t b = 0; b < p.a.B; ++b) {
         const int64_t base = p.row_index(b, h, 0);
         for (int64_t t = threadIdx.x; t < p.a.T; t += kThreads) {
-          const float e = p.E[base + t], d = p.D[base + t];
-          if (e == 0.f && (!p.ds_row_sums || d == 0.f)) continue;  // rows in no sequence hold E = D = 0
-          const float share = expf(sink - p.lse[base + t]);
-          acc += share * (p.ds_row_sums ? e + d * (1.f - share) : e);  // E = sum_j dS + D mass with ds_row_sums
+          const float e = p.E[base + t];
+          if (e != 0.f) acc += expf(sink - p.lse[base + t]) * e;  // empty rows hold E = 0
         }
       }
     }

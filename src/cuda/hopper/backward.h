@@ -46,7 +46,7 @@ struct DkdvTile {
   // The row offset (log2 domain), D and the sink's share (with BackwardParams::sink_parts) of a step's rows.
   static constexpr int kTermRows = 3;
   static constexpr uint32_t kTermBytes = kTermRows * BM * 4;
-  static constexpr uint32_t kSumBytes = 2 * 8 * BM * 4;  // row-sum partials per consumer warp, two buffers
+  static constexpr uint32_t kSumBytes = 2 * 2 * 8 * BM * 4;  // E and mass partials per consumer warp, two buffers
   static constexpr size_t smem_bytes() {
     return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kDsBytes + kStages * kTermBytes + kSumBytes + 1024;
   }
@@ -83,7 +83,7 @@ struct DkdvWideTile {
   static constexpr uint32_t kKBytes = BN * kCtaK * 2, kVBytes = BN * kCtaV * 2, kPBytes = BM * BN * 2;
   static constexpr uint32_t kQBytes = BM * kCtaK * 2, kDoBytes = BM * kCtaV * 2;
   static constexpr uint32_t kTermBytes = 2 * BM * 4;
-  static constexpr uint32_t kSumBytes = 2 * 2 * BM * 4;  // row-sum partials of both consumers, two buffers
+  static constexpr uint32_t kSumBytes = 2 * 2 * 2 * BM * 4;  // E and mass partials of both consumers, two buffers
   static constexpr uint32_t kColsumBytes = 2 * 4 * 32 * 4;   // the gate's column-sum partials per consumer warp
   static constexpr uint32_t kKeyTermBytes = BN * 4;          // the gate's key terms of the current query head
   // A pair's partial S and dP from the other CTA: two slots (by step parity) of [consumer][S | dP][BM x BN / 2] fp32.

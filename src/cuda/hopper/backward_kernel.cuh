@@ -1,6 +1,6 @@
 // The Hopper key-major backward kernel (sm_90a) for fp16/bf16 in the default (atomic dQ) mode: dK, dV of one key
-// tile and one kv head, dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row sums of dS
-// (BackwardParams::ds_row_sums) by atomics and the gate's column sums of dS; with a sink and no gate (p.sink_parts)
+// tile and one kv head, dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row sums E
+// (and, with a gate, the mass) by atomics and the gate's column sums of dS; with a sink and no gate (p.sink_parts)
 // instead each consumer warp's part of dsink's sum. Its shape is backward.h's DkdvTile.
 //
 // Warpgroup 0 produces: one elected lane loads K and V once and streams each step's Q and dO tiles through a
@@ -10,9 +10,9 @@
 // consumers' dS^T: the one-step lag lets the consumers drift apart, so one's softmax work overlaps the other's MMAs.
 //
 // Shared memory: K, V [kD/64][128 keys][64]; per stage Q, dO [kD/64][BM rows][64]; dS^T [2][BM/64][128 keys][64];
-// the terms [stage][lse | D | sink weight][BM]; with kRowSums the row sums' partials [2][warp][BM]. Every 64-column
-// block is 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts); the consumers write dS^T in
-// that same swizzle.
+// the terms [stage][lse | D | sink weight][BM]; with kRowSums the E and mass partials [2][E | mass][warp][BM].
+// Every 64-column block is 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts); the
+// consumers write dS^T in that same swizzle.
 #pragma once
 
 #include <cuda/atomic>
@@ -61,6 +61,11 @@ struct KeyWork {
 // as they come free, so the heavy and light tiles even out whatever the order, and an item is only taken once every
 // item before it is (deterministic mode's waits go to earlier items only, so none can wait on an item no CTA holds).
 __device__ __forceinline__ uint32_t take_item(const bwd::BackwardParams& p) { return atomicAdd(p.next_item, 1u); }
+// A warp's read of the item number the producer lane handed over (kv_full): lane 0 reads it for the warp, so that
+// the read is ordered before the producer's next write by lane 0's own arrival on kv_empty (KvRing::release).
+__device__ __forceinline__ int handed_item(const int* slot) {
+  return __shfl_sync(0xffffffffu, threadIdx.x % 32 == 0 ? *static_cast<const volatile int*>(slot) : 0, 0);
+}
 
 template <int BN, int BM>
 __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t item) {
@@ -183,8 +188,8 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
     return reinterpret_cast<float*>(base + 2 * Tile::kKBytes + kS * 2 * Tile::kQBytes + 2 * Tile::kDsBytes) +
            s * Tile::kTermRows * Tile::BM;
   }
-  // The consumer warps' partial row sums of dS of a step's queries, [buffer][8 warps][BM].
-  __device__ __forceinline__ float* sums(int buffer) const { return terms(kS) + buffer * 8 * Tile::BM; }
+  // The consumer warps' partial E and mass of a step's queries, [buffer][E | mass][8 warps][BM].
+  __device__ __forceinline__ float* sums(int buffer) const { return terms(kS) + buffer * 2 * 8 * Tile::BM; }
   using Bars::kv_full, Bars::kv_empty, Bars::q_full, Bars::q_empty, Bars::t_full, Bars::t_empty;
   __device__ __forceinline__ uint64_t* ds_full(int b) const { return this->bars + Bars::kCount + b; }
   __device__ __forceinline__ uint64_t* ds_empty(int b) const { return this->bars + Bars::kCount + 2 + b; }
@@ -343,23 +348,23 @@ class Consumer {
   }
 
   // dS^T = P^T (dP^T - D), with P^T and dS^T packed into the A operands pt and dst as they are made.
-  // kRowSums: the warp's parts of each query's sum of dS go to `partials` ([8 warps][BM]), and the key rows' sums of
-  // dS^T are added to colsum_ (the gate's column sums).
+  // kRowSums: the warp's parts of E (sum_keys P dP) and the mass (sum_keys P) of each query go to `partials`
+  // ([E | mass][8 warps][BM]), and the key rows' sums of dS^T are added to colsum_ (the gate's column sums).
   // Else with p.sink_parts: sum_queries exp(sink - lse) sum_keys P dP is added to sink_sum_ (dsink's part).
   __device__ __forceinline__ void gradients(const float (&s)[kS], const float (&dp)[kS], const float* terms,
                                             float* partials, Operand& pt, Operand& dst) {
     const int c = lane_ % 4, warp = 4 * me_ + warp_;
-    float held[2];  // kRowSums: column block j - 1's sums, reduced with block j's
 #pragma unroll
     for (int j = 0; j < BM / 8; ++j) {
       const float2 d = *reinterpret_cast<const float2*>(terms + BM + 8 * j + 2 * c);
-      float ds[4], sums[2] = {0.f, 0.f};  // the sums of dS of columns 2c, 2c + 1 over the thread's two keys
+      float ds[4], sums[4] = {0.f, 0.f, 0.f, 0.f};  // E of columns 2c, 2c + 1, then their mass
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float pr = s[4 * j + e], dpv = dp[4 * j + e];
         ds[e] = pr * (dpv - ((e & 1) ? d.y : d.x));
         if constexpr (kRowSums) {
-          sums[e & 1] += ds[e];
+          sums[e & 1] += pr * dpv;
+          sums[2 + (e & 1)] += pr;
           colsum_[e >> 1] += ds[e];
         }
       }
@@ -375,32 +380,30 @@ class Consumer {
         dst[j / 2][2 * (j % 2) + half] = ptx::pack2<T>(ds[2 * half], ds[2 * half + 1]);
       }
       if constexpr (kRowSums) {
-        if (j % 2 == 0) {
-          held[0] = sums[0], held[1] = sums[1];
-        } else {
-          // Sum the four of column blocks j - 1 and j over the warp's 8 key rows (lanes c, c + 4, ..): each
-          // exchange halves what a lane keeps, so lane bits 4 and 3 end up naming which of the four it holds.
-          const bool b4 = lane_ & 16, b3 = lane_ & 8;
-          float keep0 = b4 ? sums[0] : held[0], keep1 = b4 ? sums[1] : held[1];
-          keep0 += __shfl_xor_sync(0xffffffffu, b4 ? held[0] : sums[0], 16);
-          keep1 += __shfl_xor_sync(0xffffffffu, b4 ? held[1] : sums[1], 16);
-          float keep = b3 ? keep1 : keep0;
-          keep += __shfl_xor_sync(0xffffffffu, b3 ? keep0 : keep1, 8);
-          keep += __shfl_xor_sync(0xffffffffu, keep, 4);
-          if (!(lane_ & 4)) partials[warp * BM + 8 * (j - 1 + (b4 ? 1 : 0)) + 2 * c + (b3 ? 1 : 0)] = keep;
-        }
+        // Sum the four over the warp's 8 key rows (lanes c, c + 4, ..): each exchange halves what a lane keeps,
+        // so lane bits 4 and 3 end up naming which of the four it holds.
+        const bool b4 = lane_ & 16, b3 = lane_ & 8;
+        float keep0 = b4 ? sums[2] : sums[0], keep1 = b4 ? sums[3] : sums[1];
+        keep0 += __shfl_xor_sync(0xffffffffu, b4 ? sums[0] : sums[2], 16);
+        keep1 += __shfl_xor_sync(0xffffffffu, b4 ? sums[1] : sums[3], 16);
+        float keep = b3 ? keep1 : keep0;
+        keep += __shfl_xor_sync(0xffffffffu, b3 ? keep0 : keep1, 8);
+        keep += __shfl_xor_sync(0xffffffffu, keep, 4);
+        if (!(lane_ & 4)) partials[((b4 ? 8 : 0) + warp) * BM + 8 * j + 2 * c + (b3 ? 1 : 0)] = keep;
       }
     }
   }
 
-  // kRowSums: once both consumers stored their partials, BM threads add a query's eight into E.
+  // kRowSums: once both consumers stored their partials, BM threads add a query's eight into E (and the mass).
   __device__ __forceinline__ void add_sums(const float* partials, int64_t h, int i0) const {
     const int t = ptx::warpgroup_thread() + 128 * me_;
     if (t >= BM || i0 + t >= w_.seq.len) return;
-    float e = 0.f;
+    float e = 0.f, mass = 0.f;
 #pragma unroll
-    for (int w = 0; w < 8; ++w) e += partials[w * BM + t];
-    atomicAdd(p_.E + p_.row_index(w_.seq.batch, h, w_.seq.start) + i0 + t, e);
+    for (int w = 0; w < 8; ++w) e += partials[w * BM + t], mass += partials[(8 + w) * BM + t];
+    const int64_t row = p_.row_index(w_.seq.batch, h, w_.seq.start) + i0 + t;
+    atomicAdd(p_.E + row, e);
+    if (p_.a.has_gate) atomicAdd(p_.mass + row, mass);
   }
 
   // With p.sink_parts (and no row sums): at the end of query head h's steps, the warp's part of dsink's sum.
@@ -575,7 +578,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     } else {
       for (uint32_t item_n = 0;; ++item_n) {
         ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
-        const int item = *static_cast<volatile int*>(buf.item);
+        const int item = bwd_detail::handed_item(buf.item);
         Buffers::KvRing::release(buf.kv_empty());
         if (item < 0) break;
         const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
@@ -593,7 +596,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   uint32_t step = 0;
   for (uint32_t item_n = 0;; ++item_n) {
     ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
-    const int item = *static_cast<volatile int*>(buf.item);
+    const int item = bwd_detail::handed_item(buf.item);
     if (item < 0) break;
     const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
     if (!w.valid) {

@@ -1,7 +1,7 @@
 // The Hopper backward's wide buckets (sm_90a): dK, dV of one key tile of 64 keys and one kv head for K and V up to
 // 256 or 512 (a pair of CTAs, each with half of the head dims), or K up to 192 with V up to 128; fp16/bf16, both
-// modes; dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row sums of dS
-// (BackwardParams::ds_row_sums) and the gate's column sums of dS. Its shape is backward.h's DkdvWideTile: the two consumers split the
+// modes; dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row sums E (and, with a gate,
+// the mass) and the gate's column sums of dS. Its shape is backward.h's DkdvWideTile: the two consumers split the
 // keys for S and dP and the head dims for dV, dK and dQ.
 //
 // Warpgroup 0 produces exactly as in the narrow kernel (backward_kernel.cuh: bwd_detail::produce, stage_terms).
@@ -16,7 +16,7 @@
 // Shared memory (kK, kV: the CTA's head dims, a pair's half): K [kK/64][64 keys][64], V [kV/64][64 keys][64]; per
 // stage Q [kK/64][64 rows][64], dO [kV/64][64 rows][64]; P, dS [64 rows][64 keys] (per P / dS buffer); a pair's
 // exchange slots [2][consumer][S | dP][4 float4][128 threads]; the terms [stage][lse | D][64]; the row sums'
-// partials [2][consumer][64] and the column sums' [consumer][warp][32], the gate's key terms [64]. Every
+// partials [2][consumer][E | mass][64] and the column sums' [consumer][warp][32], the gate's key terms [64]. Every
 // 64-column block 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts): P and dS serve as MN-
 // major B operands of dV^T and dK^T (rows: the K dimension, the queries) and dS as the K-major A operand of dQ
 // (rows: M, the queries).
@@ -83,8 +83,8 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
                                     Tile::kPdsBuffers * 2 * Tile::kPBytes + Tile::kExchangeBytes) +
            s * 2 * Tile::BM;
   }
-  // The consumers' partial row sums of dS of step b's rows (two buffers by step parity), [consumer][BM].
-  __device__ __forceinline__ float* sums(int b) const { return terms(kS) + b * 2 * Tile::BM; }
+  // The consumers' partial E and mass of step b's rows (two buffers by step parity), [consumer][E | mass][BM].
+  __device__ __forceinline__ float* sums(int b) const { return terms(kS) + b * 2 * 2 * Tile::BM; }
   // The consumer warps' partial column sums of dS, [consumer][warp][32 keys].
   __device__ __forceinline__ float* colsums() const { return sums(2); }
   // The gate's key terms Gc_key log2 e of the tile's keys for the current query head, [BN].
@@ -277,12 +277,12 @@ class Consumer {
       }
   }
 
-  // dS = P (dP - D) in place in dp. kRowSums: this consumer's parts of the sums of dS of the thread's two rows,
-  // summed over the quad's keys, into `sums` ([consumer][BM]; add_sums adds the two consumers' once both are in),
-  // and the rows' dS added to the keys' column sums.
+  // dS = P (dP - D) in place in dp. kRowSums: this consumer's parts of E (sum_keys P dP) and the mass (sum_keys P)
+  // of the thread's two rows, summed over the quad's keys, into `sums` ([consumer][E | mass][BM]; add_sums adds the
+  // two consumers' once both are in), and the rows' dS added to the keys' column sums.
   __device__ __forceinline__ void gradients(const float (&s)[kS], float (&dp)[kS], const float* terms, float* sums) {
     const float d[2] = {terms[BM + row(0)], terms[BM + row(1)]};
-    float e_part[2] = {0.f, 0.f};
+    float e_part[2] = {0.f, 0.f}, mass_part[2] = {0.f, 0.f};
 #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
@@ -290,15 +290,16 @@ class Consumer {
         const float pr = s[4 * j + e], dpv = dp[4 * j + e];
         dp[4 * j + e] = pr * (dpv - d[e >> 1]);
         if constexpr (kRowSums) {
-          e_part[e >> 1] += dp[4 * j + e];
+          e_part[e >> 1] += pr * dpv;
+          mass_part[e >> 1] += pr;
           colsum_[2 * j + (e & 1)] += dp[4 * j + e];
         }
       }
     if constexpr (kRowSums) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float e_sum = quad_sum(e_part[half]);
-        if (lane_ % 4 == 0) sums[me_ * BM + row(half)] = e_sum;
+        const float e_sum = quad_sum(e_part[half]), mass_sum = quad_sum(mass_part[half]);
+        if (lane_ % 4 == 0) sums[(2 * me_) * BM + row(half)] = e_sum, sums[(2 * me_ + 1) * BM + row(half)] = mass_sum;
       }
     }
   }
@@ -307,7 +308,8 @@ class Consumer {
       const int t = ptx::warpgroup_thread();  // consumer 0's threads 0..63, one row each
       if (me_ != 0 || rank_ != 0 || t >= BM || i0 + t >= w_.seq.len) return;  // a pair: both hold the same sums
       const int64_t at = p_.row_index(w_.seq.batch, h, w_.seq.start) + i0 + t;
-      atomicAdd(p_.E + at, sums[t] + sums[BM + t]);
+      atomicAdd(p_.E + at, sums[t] + sums[2 * BM + t]);
+      if (p_.a.has_gate) atomicAdd(p_.mass + at, sums[BM + t] + sums[3 * BM + t]);
     }
   }
 

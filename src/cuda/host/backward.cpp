@@ -142,7 +142,6 @@ Plan make_plan(const BackwardArgs& args, BackwardParams& p, const DeviceFacts& d
     plan.hopper = true;
     plan.tiles.key_tile = hopper_dkdv_key_rows(p);
     p.head_parts = 1;
-    p.ds_row_sums = true;
     if (hopper_dkdv_sums_sink(p)) {  // dsink from the kernel's parts, no row sums E
       p.need_E = false;
       p.sink_part_tiles = cuda::make_tile_schedule(p.a, plan.tiles.key_tile, nullptr).num_tiles;
@@ -195,7 +194,7 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
   if (p.need_E) p.E = w.take<float>(rows);
   if (p.sink_part_tiles > 0) p.sink_parts = w.take<float>(cuda::bwd::sink_part_count(p));
   if (p.a.has_gate) p.colsum = w.take<float>(rows);
-  if (p.a.has_gate && !p.ds_row_sums) p.mass = w.take<float>(rows);
+  if (p.a.has_gate) p.mass = w.take<float>(rows);
   if (!plan.mma) return m;
   if (dq_by_atomics(p, plan)) p.dq_acc = w.take<float>(dq_acc_floats(p));
   if (plan.hopper && p.deterministic) p.dq_order = w.take<int>(dq_order_counters(p));
