@@ -414,13 +414,16 @@ def context_parallel_attn(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] =
     if q.shape[1] % 2:
         raise ValueError(f"flashgate.distributed.context_parallel_attn: q: a zigzag shard holds two equal chunks, "
                          f"got {q.shape[1]} tokens")
+    world, _ = _world(group)
+    if world == 1:  # the one shard is the whole sequence in order (chunks 0 and 1): the op itself, no collective
+        from . import parallel_attn
+        return parallel_attn(q, k, v, g, scale, window_size, cu_seqlens, sink_bias=sink_bias, backend=backend)
     _same_on_every_rank(q, k, v, g, sink_bias, window_size, scale, group)
     if sink_bias is not None and sink_bias.dtype != _companion_dtype(q.dtype):
         sink_bias = sink_bias.to(_companion_dtype(q.dtype))
     if mode == "ring":
         o, _ = _RingAttn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend)
         return o
-    world, _ = _world(group)
     bounds = [0, q.shape[1] * world]  # dense: each batch row one sequence
     if cu_seqlens is not None:
         bounds = [int(x) for x in cu_seqlens.tolist()]

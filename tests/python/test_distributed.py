@@ -179,3 +179,38 @@ def test_context_parallel_matches_the_whole_sequence(world, case, mode):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     mp.start_processes(run_rank, args=(world, free_port(), fresh_seed(), case, mode), nprocs=world, join=True,
                        start_method="spawn")
+
+
+def test_world_size_one_is_the_op_itself(monkeypatch):
+    """One rank holds the whole sequence in order: context_parallel_attn is parallel_attn itself (bit for bit,
+    gradients too), with no collective at all."""
+    import flashgate
+    from flashgate import distributed as cp
+
+    with process_group(0, 1, free_port()):
+        def no_collective(*args, **kwargs):
+            raise AssertionError("a collective ran at world size 1")
+        for name in ("all_gather", "all_gather_object", "all_reduce", "broadcast", "isend", "irecv",
+                     "batch_isend_irecv"):
+            monkeypatch.setattr(dist, name, no_collective)
+        gen = torch.Generator().manual_seed(fresh_seed())
+        T, HQ, H, K, V = 24, 4, 2, 16, 8
+        cu = torch.tensor([0, 5, 5, 24], dtype=torch.int32)
+        for mode, packed in (("allgather", False), ("ring", False), ("allgather", True)):
+            B = 1 if packed else 2
+            q, k = torch.randn(B, T, HQ, K, generator=gen), torch.randn(B, T, H, K, generator=gen)
+            v, do = torch.randn(B, T, H, V, generator=gen), torch.randn(B, T, HQ, V, generator=gen)
+            g = torch.nn.functional.logsigmoid(torch.randn(B, T, HQ, generator=gen))
+            s = torch.randn(HQ, generator=gen)
+            runs = []
+            for op in ("cp", "whole"):
+                leaves = [t.clone().requires_grad_() for t in (q, k, v, g, s)]
+                args = dict(g=leaves[3], sink_bias=leaves[4], window_size=7, cu_seqlens=cu if packed else None)
+                if op == "cp":
+                    o = cp.context_parallel_attn(*leaves[:3], mode=mode, **args)
+                else:
+                    o = flashgate.parallel_attn(*leaves[:3], args["g"], None, 7, args["cu_seqlens"],
+                                                sink_bias=args["sink_bias"])
+                runs.append([o.detach(), *torch.autograd.grad(o, leaves, do)])
+            for name, a, b in zip(["o", "dq", "dk", "dv", "dg", "dsink"], *runs):
+                assert torch.equal(a, b), f"{mode}, packed {packed}: {name} differs from the op"
