@@ -70,6 +70,72 @@ def _all_gather_chunks(x: Tensor, group, world: int) -> List[Tensor]:
     return chunks
 
 
+def _owner(b: int, world: int) -> int:
+    """The rank that holds chunk b."""
+    return b if b < world else 2 * world - 1 - b
+
+
+def _peer(group, r: int) -> int:
+    return dist.get_global_rank(group, r) if group is not None else r
+
+
+class _Fetch:
+    """Mode "allgather" under a window: each rank takes only the key chunks its query chunks reach, from their
+    owners by point-to-point transfers, and in the backward hands the gradient shares of those chunks back to their
+    owners. `needed[r]`: the chunks rank r reads (every rank knows every rank's, from the layout alone); one
+    (sender, receiver) pair's transfers go in chunk order on both sides."""
+
+    def __init__(self, needed: List[List[int]], group, world: int, rank: int):
+        self.needed, self.group, self.world, self.rank = needed, group, world, rank
+
+    def chunks(self, x: Tensor) -> List[Optional[Tensor]]:
+        """The chunks of x (this rank's shard, time axis 1) that this rank reads, in a list of all 2W (None where
+        it reads none)."""
+        world, rank = self.world, self.rank
+        own = dict(zip(_chunks_of(rank, world), (p.contiguous() for p in x.chunk(2, dim=1))))
+        out: List[Optional[Tensor]] = [None] * (2 * world)
+        ops = []
+        for r in range(world):
+            for b in self.needed[r]:
+                if r != rank and _owner(b, world) == rank:
+                    ops.append(dist.P2POp(dist.isend, own[b], _peer(self.group, r), self.group))
+        for b in self.needed[rank]:
+            src = _owner(b, world)
+            if src == rank:
+                out[b] = own[b]
+            else:
+                out[b] = torch.empty_like(own[rank])
+                ops.append(dist.P2POp(dist.irecv, out[b], _peer(self.group, src), self.group))
+        _run(ops)
+        return out
+
+    def return_shares(self, shares: List[Optional[Tensor]]) -> Tensor:
+        """This rank's shard of the sums of every rank's shares of its chunks (own share first, then by rank)."""
+        world, rank = self.world, self.rank
+        ops, incoming = [], []
+        for b in self.needed[rank]:
+            dst = _owner(b, world)
+            if dst != rank:
+                ops.append(dist.P2POp(dist.isend, shares[b].contiguous(), _peer(self.group, dst), self.group))
+        for r in range(world):
+            for b in self.needed[r]:
+                if r != rank and _owner(b, world) == rank:
+                    buf = torch.empty_like(shares[b])
+                    ops.append(dist.P2POp(dist.irecv, buf, _peer(self.group, r), self.group))
+                    incoming.append((b, buf))
+        _run(ops)
+        totals = {b: shares[b].clone() for b in _chunks_of(rank, world)}
+        for b, buf in incoming:
+            totals[b] += buf
+        return torch.cat([totals[b] for b in _chunks_of(rank, world)], dim=1)
+
+
+def _run(ops) -> None:
+    if ops:
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+
+
 def _slice_forward(q, k, v, gate_q, gate_k, sink, q_start, k_start, scale, window, backend):
     B, Tq, HQ = q.shape[:3]
     o = _empty((B, Tq, HQ, v.shape[-1]), q.dtype, q.device)
@@ -288,10 +354,22 @@ def _sequence_parts(a: int, c: int, bounds: List[int], window: Optional[int]):
     return parts
 
 
+def _key_fetch(world: int, rank: int, c: int, bounds: List[int], window: Optional[int], group) -> Optional[_Fetch]:
+    """Under a window, the point-to-point fetch of the key chunks each rank's query chunks reach (None: every rank
+    gathers every chunk)."""
+    if window is None:
+        return None
+    needed = [sorted({b for a in _chunks_of(r, world) for seq_parts in _sequence_parts(a, c, bounds, window)
+                      for (_, _, b, _) in seq_parts}) for r in range(world)]
+    return _Fetch(needed, group, world, rank)
+
+
 class _AllGatherAttn(torch.autograd.Function):
     """Mode "allgather": every rank's K and V (and g) gathered, each query chunk against the key chunks it sees, cut
     at the sequence boundaries `bounds` (cu_seqlens of a packed sequence, or [0, T] for each dense batch row) with
-    each sequence's positions counted from its start; the gate's cumulative sums restart at each sequence."""
+    each sequence's positions counted from its start; the gate's cumulative sums restart at each sequence. Under a
+    window K and V come only from the chunks a rank's rows reach (_Fetch), and their gradient shares go back the
+    same way."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, sink, scale, window, group, backend, bounds):
@@ -299,7 +377,11 @@ class _AllGatherAttn(torch.autograd.Function):
         c = q.shape[1] // 2
         mine = _chunks_of(rank, world)
         fp = _companion_dtype(q.dtype)
-        ks, vs = _all_gather_chunks(k, group, world), _all_gather_chunks(v, group, world)
+        fetch = _key_fetch(world, rank, c, bounds, window, group)
+        if fetch is not None:
+            ks, vs = fetch.chunks(k), fetch.chunks(v)
+        else:
+            ks, vs = _all_gather_chunks(k, group, world), _all_gather_chunks(v, group, world)
         G_all = _segmented(torch.cat(_all_gather_chunks(g.to(fp), group, world), dim=1), bounds, False) \
             if g is not None else None
         o_acc = torch.zeros(tuple(q.shape[:3]) + (v.shape[-1],), dtype=fp, device=q.device)
@@ -332,10 +414,14 @@ class _AllGatherAttn(torch.autograd.Function):
         fp = _companion_dtype(q.dtype)
         do = do.contiguous()
         D = (o.to(fp) * do.to(fp)).sum(-1)
-        ks, vs = _all_gather_chunks(k, ctx.group, world), _all_gather_chunks(v, ctx.group, world)
+        fetch = _key_fetch(world, rank, c, bounds, ctx.window, ctx.group)
+        if fetch is not None:
+            ks, vs = fetch.chunks(k), fetch.chunks(v)
+        else:
+            ks, vs = _all_gather_chunks(k, ctx.group, world), _all_gather_chunks(v, ctx.group, world)
         dq = torch.zeros_like(q, dtype=fp)
-        dks = [torch.zeros_like(x, dtype=fp) for x in ks]
-        dvs = [torch.zeros_like(x, dtype=fp) for x in vs]
+        dks = [torch.zeros_like(x, dtype=fp) if x is not None else None for x in ks]
+        dvs = [torch.zeros_like(x, dtype=fp) if x is not None else None for x in vs]
         dG = torch.zeros_like(G_all) if gated else None
         dsink = torch.zeros_like(sink, dtype=fp) if sink is not None else None
         for i, a in enumerate(mine):
@@ -358,17 +444,24 @@ class _AllGatherAttn(torch.autograd.Function):
                         dG[:, keys.start:keys.stop] += sgk
                     if ss is not None:
                         dsink += ss
-        flat = torch.cat([x.flatten() for x in dks + dvs + ([dG] if gated else [])])
-        dist.all_reduce(flat, group=ctx.group)
-        pieces = flat.split([x.numel() for x in dks + dvs + ([dG] if gated else [])])
-        n = 2 * world
-        dks = [p.view(x.shape) for p, x in zip(pieces[:n], dks)]
-        dvs = [p.view(x.shape) for p, x in zip(pieces[n:2 * n], dvs)]
-        dk = torch.cat([dks[a] for a in mine], dim=1).to(q.dtype)
-        dv = torch.cat([dvs[a] for a in mine], dim=1).to(q.dtype)
+        if fetch is not None:
+            dk, dv = fetch.return_shares(dks).to(q.dtype), fetch.return_shares(dvs).to(q.dtype)
+            if gated:
+                dist.all_reduce(dG, group=ctx.group)
+        else:
+            flat = torch.cat([x.flatten() for x in dks + dvs + ([dG] if gated else [])])
+            dist.all_reduce(flat, group=ctx.group)
+            pieces = flat.split([x.numel() for x in dks + dvs + ([dG] if gated else [])])
+            n = 2 * world
+            dks = [p.view(x.shape) for p, x in zip(pieces[:n], dks)]
+            dvs = [p.view(x.shape) for p, x in zip(pieces[n:2 * n], dvs)]
+            dk = torch.cat([dks[a] for a in mine], dim=1).to(q.dtype)
+            dv = torch.cat([dvs[a] for a in mine], dim=1).to(q.dtype)
+            if gated:
+                dG = pieces[2 * n].view(dG.shape)
         dg = None
         if gated:
-            dg_all = _segmented(pieces[2 * n].view(dG.shape), bounds, True)
+            dg_all = _segmented(dG, bounds, True)
             dg = torch.cat([dg_all[:, a * c:(a + 1) * c] for a in mine], dim=1).to(g_dtype)
         if dsink is not None:
             dist.all_reduce(dsink, group=ctx.group)

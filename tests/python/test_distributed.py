@@ -214,3 +214,16 @@ def test_world_size_one_is_the_op_itself(monkeypatch):
                 runs.append([o.detach(), *torch.autograd.grad(o, leaves, do)])
             for name, a, b in zip(["o", "dq", "dk", "dv", "dg", "dsink"], *runs):
                 assert torch.equal(a, b), f"{mode}, packed {packed}: {name} differs from the op"
+
+
+def test_a_window_fetches_only_the_chunks_it_reaches():
+    """Mode allgather under a window: the key chunks each rank reads (the rest never travel). World 4, chunks of 8
+    tokens, a window of 5: each query chunk reaches its own chunk and the one before."""
+    from flashgate import distributed as cp
+
+    assert cp._key_fetch(4, 0, 8, [0, 64], None, None) is None  # no window: every chunk (all-gather)
+    assert cp._key_fetch(4, 0, 8, [0, 64], 5, None).needed == [[0, 6, 7], [0, 1, 5, 6], [1, 2, 4, 5], [2, 3, 4]]
+    assert cp._key_fetch(4, 0, 8, [0, 64], 10, None).needed[1] == [0, 1, 4, 5, 6]  # 10 reaches into two back
+    # Packed: a sequence that starts where chunk 6 does keeps rank 1's rows there from reaching chunk 5.
+    assert cp._key_fetch(4, 0, 8, [0, 48, 64], 5, None).needed[1] == [0, 1, 6]
+    assert cp._key_fetch(4, 0, 8, [0, 50, 64], 5, None).needed[1] == [0, 1, 5, 6]
