@@ -18,7 +18,7 @@ span shards: the pairs are cut at sequence boundaries and the gate's cumulative 
 slice ops run on the cpu backend so far: GPU tensors are refused there.
 """
 
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -88,11 +88,10 @@ class _Fetch:
     def __init__(self, needed: List[List[int]], group, world: int, rank: int):
         self.needed, self.group, self.world, self.rank = needed, group, world, rank
 
-    def chunks(self, x: Tensor) -> List[Optional[Tensor]]:
-        """The chunks of x (this rank's shard, time axis 1) that this rank reads, in a list of all 2W (None where
-        it reads none)."""
+    def start(self, own) -> Tuple[List[Optional[Tensor]], list]:
+        """Starts the transfers of the chunks this rank reads (`own`: its two by number): the list of all 2W
+        (None where it reads none; filled once the returned requests are waited for) and the requests."""
         world, rank = self.world, self.rank
-        own = dict(zip(_chunks_of(rank, world), (p.contiguous() for p in x.chunk(2, dim=1))))
         out: List[Optional[Tensor]] = [None] * (2 * world)
         ops = []
         for r in range(world):
@@ -106,8 +105,7 @@ class _Fetch:
             else:
                 out[b] = torch.empty_like(own[rank])
                 ops.append(dist.P2POp(dist.irecv, out[b], _peer(self.group, src), self.group))
-        _run(ops)
-        return out
+        return out, dist.batch_isend_irecv(ops) if ops else []
 
     def return_shares(self, shares: List[Optional[Tensor]]) -> Tensor:
         """This rank's shard of the sums of every rank's shares of its chunks (own share first, then by rank)."""
@@ -123,17 +121,51 @@ class _Fetch:
                     buf = torch.empty_like(shares[b])
                     ops.append(dist.P2POp(dist.irecv, buf, _peer(self.group, r), self.group))
                     incoming.append((b, buf))
-        _run(ops)
+        for req in dist.batch_isend_irecv(ops) if ops else []:
+            req.wait()
         totals = {b: shares[b].clone() for b in _chunks_of(rank, world)}
         for b, buf in incoming:
             totals[b] += buf
         return torch.cat([totals[b] for b in _chunks_of(rank, world)], dim=1)
 
 
-def _run(ops) -> None:
-    if ops:
-        for req in dist.batch_isend_irecv(ops):
+class _Arriving:
+    """The key chunks a rank reads, on their way under the compute that follows: the transfers start at
+    construction (an all-gather, or _Fetch's point-to-point ones), `own` holds the rank's own two chunks at once, and
+    `wait()` gives every chunk it reads (a list of all 2W, None where it reads none)."""
+
+    def __init__(self, x: Tensor, fetch: Optional[_Fetch], group, world: int, rank: int):
+        self.world = world
+        self.own = dict(zip(_chunks_of(rank, world), (p.contiguous() for p in x.chunk(2, dim=1))))
+        if fetch is not None:
+            self.chunks, self.requests = fetch.start(self.own)
+        else:
+            self.chunks, self.gathered = None, [torch.empty_like(x) for _ in range(world)]
+            self.requests = [dist.all_gather(self.gathered, x.contiguous(), group=group, async_op=True)]
+
+    def wait(self) -> List[Optional[Tensor]]:
+        for req in self.requests:
             req.wait()
+        if self.chunks is None:
+            self.chunks = [None] * (2 * self.world)
+            for r, part in enumerate(self.gathered):
+                a, b = part.chunk(2, dim=1)
+                self.chunks[r], self.chunks[2 * self.world - 1 - r] = a.contiguous(), b.contiguous()
+        return self.chunks
+
+
+def _slice_pairs(mine: List[int], c: int, bounds: List[int], window: Optional[int], ks: _Arriving, vs: _Arriving):
+    """Every slice pair (i, a, j, s0, rows, b, keys) of this rank's query chunks (_sequence_parts) with key chunk b's
+    K and V: the pairs of the rank's own key chunks first, while the others arrive, then the rest."""
+    pairs = [(i, a, j, s0, rows, b, keys) for i, a in enumerate(mine)
+             for seq_parts in _sequence_parts(a, c, bounds, window) for j, (s0, rows, b, keys) in enumerate(seq_parts)]
+    for pair in pairs:
+        if pair[5] in ks.own:
+            yield pair, ks.own[pair[5]], vs.own[pair[5]]
+    k_chunks, v_chunks = ks.wait(), vs.wait()
+    for pair in pairs:
+        if pair[5] not in ks.own:
+            yield pair, k_chunks[pair[5]], v_chunks[pair[5]]
 
 
 def _slice_forward(q, k, v, gate_q, gate_k, sink, q_start, k_start, scale, window, backend):
@@ -378,25 +410,20 @@ class _AllGatherAttn(torch.autograd.Function):
         mine = _chunks_of(rank, world)
         fp = _companion_dtype(q.dtype)
         fetch = _key_fetch(world, rank, c, bounds, window, group)
-        if fetch is not None:
-            ks, vs = fetch.chunks(k), fetch.chunks(v)
-        else:
-            ks, vs = _all_gather_chunks(k, group, world), _all_gather_chunks(v, group, world)
         G_all = _segmented(torch.cat(_all_gather_chunks(g.to(fp), group, world), dim=1), bounds, False) \
             if g is not None else None
+        ka, va = _Arriving(k, fetch, group, world, rank), _Arriving(v, fetch, group, world, rank)
         o_acc = torch.zeros(tuple(q.shape[:3]) + (v.shape[-1],), dtype=fp, device=q.device)
         lse_acc = torch.full(tuple(q.shape[:3]), float("-inf"), dtype=fp, device=q.device)
-        for i, a in enumerate(mine):
-            for seq_parts in _sequence_parts(a, c, bounds, window):
-                for j, (s0, rows, b, keys) in enumerate(seq_parts):
-                    local = slice(i * c + rows.start - a * c, i * c + rows.stop - a * c)
-                    kl = slice(keys.start - b * c, keys.stop - b * c)
-                    o, lse = _slice_forward(
-                        q[:, local].contiguous(), ks[b][:, kl].contiguous(), vs[b][:, kl].contiguous(),
-                        G_all[:, rows.start:rows.stop].contiguous() if g is not None else None,
-                        G_all[:, keys.start:keys.stop].contiguous() if g is not None else None,
-                        sink if j == 0 else None, rows.start - s0, keys.start - s0, scale, window, backend)
-                    _merge_into(o_acc, lse_acc, local, o, lse)
+        for (i, a, j, s0, rows, b, keys), kb, vb in _slice_pairs(mine, c, bounds, window, ka, va):
+            local = slice(i * c + rows.start - a * c, i * c + rows.stop - a * c)
+            kl = slice(keys.start - b * c, keys.stop - b * c)
+            o, lse = _slice_forward(
+                q[:, local].contiguous(), kb[:, kl].contiguous(), vb[:, kl].contiguous(),
+                G_all[:, rows.start:rows.stop].contiguous() if g is not None else None,
+                G_all[:, keys.start:keys.stop].contiguous() if g is not None else None,
+                sink if j == 0 else None, rows.start - s0, keys.start - s0, scale, window, backend)
+            _merge_into(o_acc, lse_acc, local, o, lse)
         o, lse = o_acc.to(q.dtype), lse_acc
         ctx.save_for_backward(q, k, v, o, lse, G_all, sink)
         ctx.layout = (world, rank, c, g.dtype if g is not None else None, bounds)
@@ -415,35 +442,31 @@ class _AllGatherAttn(torch.autograd.Function):
         do = do.contiguous()
         D = (o.to(fp) * do.to(fp)).sum(-1)
         fetch = _key_fetch(world, rank, c, bounds, ctx.window, ctx.group)
-        if fetch is not None:
-            ks, vs = fetch.chunks(k), fetch.chunks(v)
-        else:
-            ks, vs = _all_gather_chunks(k, ctx.group, world), _all_gather_chunks(v, ctx.group, world)
+        ka, va = _Arriving(k, fetch, ctx.group, world, rank), _Arriving(v, fetch, ctx.group, world, rank)
+        read = fetch.needed[rank] if fetch is not None else range(2 * world)  # the chunks with gradient shares here
         dq = torch.zeros_like(q, dtype=fp)
-        dks = [torch.zeros_like(x, dtype=fp) if x is not None else None for x in ks]
-        dvs = [torch.zeros_like(x, dtype=fp) if x is not None else None for x in vs]
+        dks, dvs = [None] * (2 * world), [None] * (2 * world)
+        for b in read:
+            dks[b], dvs[b] = torch.zeros_like(ka.own[rank], dtype=fp), torch.zeros_like(va.own[rank], dtype=fp)
         dG = torch.zeros_like(G_all) if gated else None
         dsink = torch.zeros_like(sink, dtype=fp) if sink is not None else None
-        for i, a in enumerate(mine):
-            for seq_parts in _sequence_parts(a, c, bounds, ctx.window):
-                for j, (s0, rows, b, keys) in enumerate(seq_parts):
-                    local = slice(i * c + rows.start - a * c, i * c + rows.stop - a * c)
-                    kl = slice(keys.start - b * c, keys.stop - b * c)
-                    sq, sk, sv, sgq, sgk, ss = _slice_backward(
-                        q[:, local].contiguous(), ks[b][:, kl].contiguous(), vs[b][:, kl].contiguous(),
-                        do[:, local].contiguous(), lse[:, local].contiguous(), D[:, local].contiguous(),
-                        G_all[:, rows.start:rows.stop].contiguous() if gated else None,
-                        G_all[:, keys.start:keys.stop].contiguous() if gated else None,
-                        sink if j == 0 else None, rows.start - s0, keys.start - s0, ctx.scale, ctx.window,
-                        ctx.backend)
-                    dq[:, local] += sq.to(fp)
-                    dks[b][:, kl] += sk.to(fp)
-                    dvs[b][:, kl] += sv.to(fp)
-                    if gated:
-                        dG[:, rows.start:rows.stop] += sgq
-                        dG[:, keys.start:keys.stop] += sgk
-                    if ss is not None:
-                        dsink += ss
+        for (i, a, j, s0, rows, b, keys), kb, vb in _slice_pairs(mine, c, bounds, ctx.window, ka, va):
+            local = slice(i * c + rows.start - a * c, i * c + rows.stop - a * c)
+            kl = slice(keys.start - b * c, keys.stop - b * c)
+            sq, sk, sv, sgq, sgk, ss = _slice_backward(
+                q[:, local].contiguous(), kb[:, kl].contiguous(), vb[:, kl].contiguous(),
+                do[:, local].contiguous(), lse[:, local].contiguous(), D[:, local].contiguous(),
+                G_all[:, rows.start:rows.stop].contiguous() if gated else None,
+                G_all[:, keys.start:keys.stop].contiguous() if gated else None,
+                sink if j == 0 else None, rows.start - s0, keys.start - s0, ctx.scale, ctx.window, ctx.backend)
+            dq[:, local] += sq.to(fp)
+            dks[b][:, kl] += sk.to(fp)
+            dvs[b][:, kl] += sv.to(fp)
+            if gated:
+                dG[:, rows.start:rows.stop] += sgq
+                dG[:, keys.start:keys.stop] += sgk
+            if ss is not None:
+                dsink += ss
         if fetch is not None:
             dk, dv = fetch.return_shares(dks).to(q.dtype), fetch.return_shares(dvs).to(q.dtype)
             if gated:
