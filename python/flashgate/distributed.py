@@ -47,27 +47,29 @@ def shard(x: Tensor, group=None, dim: int = 1) -> Tensor:
     return torch.cat([parts[c] for c in _chunks_of(rank, world)], dim=dim).contiguous()
 
 
+def _zigzag_chunks(shards: List[Tensor], dim: int = 1) -> List[Tensor]:
+    """Every chunk of the sequence in order, from each rank's shard (its two chunks along `dim`)."""
+    world = len(shards)
+    chunks = [None] * (2 * world)
+    for r, part in enumerate(shards):
+        a, b = part.chunk(2, dim=dim)
+        chunks[r], chunks[2 * world - 1 - r] = a.contiguous(), b.contiguous()
+    return chunks
+
+
 def unshard(x: Tensor, group=None, dim: int = 1) -> Tensor:
     """The whole-sequence tensor from every rank's zigzag shard ``x`` (an all-gather)."""
     world, _ = _world(group)
     gathered = [torch.empty_like(x) for _ in range(world)]
     dist.all_gather(gathered, x.contiguous(), group=group)
-    chunks = [None] * (2 * world)
-    for r, part in enumerate(gathered):
-        a, b = part.chunk(2, dim=dim)
-        chunks[r], chunks[2 * world - 1 - r] = a, b
-    return torch.cat(chunks, dim=dim)
+    return torch.cat(_zigzag_chunks(gathered, dim), dim=dim)
 
 
 def _all_gather_chunks(x: Tensor, group, world: int) -> List[Tensor]:
     """Every chunk of the sequence in order, from each rank's two (time axis 1)."""
     gathered = [torch.empty_like(x) for _ in range(world)]
     dist.all_gather(gathered, x.contiguous(), group=group)
-    chunks = [None] * (2 * world)
-    for r, part in enumerate(gathered):
-        a, b = part.chunk(2, dim=1)
-        chunks[r], chunks[2 * world - 1 - r] = a.contiguous(), b.contiguous()
-    return chunks
+    return _zigzag_chunks(gathered)
 
 
 def _owner(b: int, world: int) -> int:
@@ -88,16 +90,17 @@ class _Fetch:
     def __init__(self, needed: List[List[int]], group, world: int, rank: int):
         self.needed, self.group, self.world, self.rank = needed, group, world, rank
 
+    def _readers(self):
+        """(rank r, chunk b) for each chunk of this rank's that another rank r reads, in the transfers' order."""
+        return [(r, b) for r in range(self.world) for b in self.needed[r]
+                if r != self.rank and _owner(b, self.world) == self.rank]
+
     def start(self, own) -> Tuple[List[Optional[Tensor]], list]:
         """Starts the transfers of the chunks this rank reads (`own`: its two by number): the list of all 2W
         (None where it reads none; filled once the returned requests are waited for) and the requests."""
         world, rank = self.world, self.rank
         out: List[Optional[Tensor]] = [None] * (2 * world)
-        ops = []
-        for r in range(world):
-            for b in self.needed[r]:
-                if r != rank and _owner(b, world) == rank:
-                    ops.append(dist.P2POp(dist.isend, own[b], _peer(self.group, r), self.group))
+        ops = [dist.P2POp(dist.isend, own[b], _peer(self.group, r), self.group) for r, b in self._readers()]
         for b in self.needed[rank]:
             src = _owner(b, world)
             if src == rank:
@@ -115,12 +118,10 @@ class _Fetch:
             dst = _owner(b, world)
             if dst != rank:
                 ops.append(dist.P2POp(dist.isend, shares[b].contiguous(), _peer(self.group, dst), self.group))
-        for r in range(world):
-            for b in self.needed[r]:
-                if r != rank and _owner(b, world) == rank:
-                    buf = torch.empty_like(shares[b])
-                    ops.append(dist.P2POp(dist.irecv, buf, _peer(self.group, r), self.group))
-                    incoming.append((b, buf))
+        for r, b in self._readers():
+            buf = torch.empty_like(shares[b])
+            ops.append(dist.P2POp(dist.irecv, buf, _peer(self.group, r), self.group))
+            incoming.append((b, buf))
         for req in dist.batch_isend_irecv(ops) if ops else []:
             req.wait()
         totals = {b: shares[b].clone() for b in _chunks_of(rank, world)}
@@ -135,7 +136,6 @@ class _Arriving:
     `wait()` gives every chunk it reads (a list of all 2W, None where it reads none)."""
 
     def __init__(self, x: Tensor, fetch: Optional[_Fetch], group, world: int, rank: int):
-        self.world = world
         self.own = dict(zip(_chunks_of(rank, world), (p.contiguous() for p in x.chunk(2, dim=1))))
         if fetch is not None:
             self.chunks, self.requests = fetch.start(self.own)
@@ -147,10 +147,7 @@ class _Arriving:
         for req in self.requests:
             req.wait()
         if self.chunks is None:
-            self.chunks = [None] * (2 * self.world)
-            for r, part in enumerate(self.gathered):
-                a, b = part.chunk(2, dim=1)
-                self.chunks[r], self.chunks[2 * self.world - 1 - r] = a.contiguous(), b.contiguous()
+            self.chunks = _zigzag_chunks(self.gathered)
         return self.chunks
 
 
