@@ -175,8 +175,13 @@ class Consumer {
       for (int j = 0; j < BN / 8; ++j) {
         float& x0 = s[4 * j + 2 * half];
         float& x1 = s[4 * j + 2 * half + 1];
-        x0 = ptx::exp2_ftz(fmaf(x0, exp_scale, -off));
-        x1 = ptx::exp2_ftz(fmaf(x1, exp_scale, -off));
+        if (Tile::kFmaExpEvery > 0 && j % Tile::kFmaExpEvery == Tile::kFmaExpEvery - 1) {
+          x0 = ptx::exp2_fma(fmaf(x0, exp_scale, -off));
+          x1 = ptx::exp2_fma(fmaf(x1, exp_scale, -off));
+        } else {
+          x0 = ptx::exp2_ftz(fmaf(x0, exp_scale, -off));
+          x1 = ptx::exp2_ftz(fmaf(x1, exp_scale, -off));
+        }
         rows_[half].sum += x0 + x1;
       }
     }
