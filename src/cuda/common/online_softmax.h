@@ -34,8 +34,7 @@ struct SoftmaxRow {
 // The end of a row: the factor that turns the accumulated sum_j exp2(s_j - max2) v_j into o, and lse
 // (natural log). `total_sum` is the whole row's sum (partials already reduced). The sink adds
 // exp(sink) to the normaliser and nothing to the value; a row with no visible key gives o = 0 and
-// lse = -inf, or lse = sink with a sink (SPEC §3); such a row is told by max2 = -inf (an exp2 on the FMA pipe
-// leaves 2^-126 in the sum for a score of -inf).
+// lse = -inf, or lse = sink with a sink (SPEC §3).
 struct RowResult {
   float o_scale;
   float lse;
@@ -52,7 +51,7 @@ FG_HOST_DEVICE RowResult finish_row(float max2, float total_sum, bool has_sink, 
     m = new_max;
     return {o_factor / z, (m + log2f(z)) * kLn2};
   }
-  if (m == -INFINITY || !(z > 0.f)) return {0.f, -INFINITY};
+  if (!(z > 0.f)) return {0.f, -INFINITY};
   return {1.f / z, (m + log2f(z)) * kLn2};
 }
 

@@ -42,9 +42,6 @@ struct ForwardTile {
   static constexpr int BN = kSplitV ? kSplitKeys : kV > 128 ? 64 : 128;
   static constexpr int kStages = kSplitV && kSplitKeys == 64 ? 1 : 2;
   static constexpr int kOutCols = kSplitV ? kV / 2 : kV;  // output columns a consumer accumulates
-  // Every kFmaExpEvery-th 8-key column of the scores takes its exponentials on the FMA pipe (0: none): at D64 one
-  // exp2 per 256 FLOPs keeps MUFU as busy as the tensor cores.
-  static constexpr int kFmaExpEvery = kK == 64 && kV == 64 ? 4 : 0;
   static constexpr int kKBlocks = kK / 64, kVBlocks = kV / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   // setmaxnreg moves registers from the producer to the consumers. V of 256 needs every consumer register it can get.

@@ -199,13 +199,8 @@ class Consumer {
       for (int j = 0; j < BN / 8; ++j) {
         float& x0 = s[4 * j + 2 * half];
         float& x1 = s[4 * j + 2 * half + 1];
-        if (fma_exp(j)) {
-          x0 = ptx::exp2_fma(fmaf(x0, exp_scale, -off));
-          x1 = ptx::exp2_fma(fmaf(x1, exp_scale, -off));
-        } else {
-          x0 = ptx::exp2_ftz(fmaf(x0, exp_scale, -off));
-          x1 = ptx::exp2_ftz(fmaf(x1, exp_scale, -off));
-        }
+        x0 = ptx::exp2_ftz(fmaf(x0, exp_scale, -off));
+        x1 = ptx::exp2_ftz(fmaf(x1, exp_scale, -off));
         at_.rows[half].sum += x0 + x1;
       }
     }
@@ -270,12 +265,6 @@ class Consumer {
       if (kCol0 + 8 * j < p_.V)  // columns past V are the bucket's padding
         *reinterpret_cast<uint32_t*>(dst + 8 * j) =
             ptx::pack2<T>(o_[4 * j + 2 * half] * scale, o_[4 * j + 2 * half + 1] * scale);
-  }
-
-  // Whether 8-key column j of the scores takes its exponentials on the FMA pipe (ForwardTile::kFmaExpEvery).
-  __device__ __forceinline__ static constexpr bool fma_exp(int j) {
-    constexpr int every = Tile::kFmaExpEvery;
-    return every > 0 && j % (every > 0 ? every : 1) == every - 1;
   }
 
   __device__ __forceinline__ bool prescaled() const { return p_.has_gate || !(p_.scale_log2 > 0.f); }

@@ -197,32 +197,10 @@ class Mainloop {
   // before's epilogue runs inside (its pending P V done). `hand(b, P, factors)` gets each block's P once it is made.
   template <class Hand>
   __device__ __forceinline__ void run(const Work& w, Hand&& hand) {
-    const uint32_t kb = ring_;
-    ptx::barrier_wait(st_.q_full(), tiles_ & 1);
-    ptx::barrier_wait(st_.k_full(st_.stage(kb)), st_.parity(kb));
-    if (pending_) ptx::barrier_wait(st_.v_full(st_.stage(kb - 1)), st_.parity(kb - 1));
-    turns_.take();
-    ptx::wgmma_fence();
-    c_.issue_scores(s_, st_.template k<T>(st_.stage(kb)));
-    if (pending_) c_.issue_pv(pa_, st_.template v<T>(st_.stage(kb - 1)));
-    turns_.pass();
-    if (pending_) ptx::wgmma_wait<1>();
-    else ptx::wgmma_wait<0>();
-    ptx::wgmma_hold(s_);
-    st_.release(st_.k_empty(st_.stage(kb)));
-    if (w.blocks == 1) st_.release(st_.q_empty());
-    const typename C::ItemRows before = c_.begin(w);
-    c_.softmax(s_, w.last * Tile::BN, needs_mask(w, 0), gate_of(kb));  // fresh rows: no factor to apply
-    gate_done(kb);
-    if (pending_) {
-      ptx::wgmma_wait<0>();
-      c_.hold_output();
-      st_.release(st_.v_empty(st_.stage(kb - 1)));
-      c_.epilogue(before);
-    }
-    c_.clear_output();
-    C::to_operand(s_, pa_);
-    hand(kb, pa_, make_float2(1.f, 1.f));
+    // Two copies of the first block: a branch on pending_ around the wgmmas would leave ptxas unsure which
+    // accumulators are in flight, and it serialises every wgmma of the kernel.
+    if (pending_) first_block<true>(w, hand);
+    else first_block<false>(w, hand);
 
     for (int i = 1; i < w.blocks; ++i) {
       const uint32_t b = ring_ + i, vb = b - 1;
@@ -274,6 +252,37 @@ class Mainloop {
   }
 
  private:
+  // Block 0 of item w: its first scores in one turn with the item before's last P V when kPending, the softmax of
+  // the scores under that P V, then the item before's epilogue.
+  template <bool kPending, class Hand>
+  __device__ __forceinline__ void first_block(const Work& w, Hand& hand) {
+    const uint32_t kb = ring_;
+    ptx::barrier_wait(st_.q_full(), tiles_ & 1);
+    ptx::barrier_wait(st_.k_full(st_.stage(kb)), st_.parity(kb));
+    if constexpr (kPending) ptx::barrier_wait(st_.v_full(st_.stage(kb - 1)), st_.parity(kb - 1));
+    turns_.take();
+    ptx::wgmma_fence();
+    c_.issue_scores(s_, st_.template k<T>(st_.stage(kb)));
+    if constexpr (kPending) c_.issue_pv(pa_, st_.template v<T>(st_.stage(kb - 1)));
+    turns_.pass();
+    ptx::wgmma_wait<kPending ? 1 : 0>();
+    ptx::wgmma_hold(s_);
+    st_.release(st_.k_empty(st_.stage(kb)));
+    if (w.blocks == 1) st_.release(st_.q_empty());
+    const typename C::ItemRows before = c_.begin(w);
+    c_.softmax(s_, w.last * Tile::BN, needs_mask(w, 0), gate_of(kb));  // fresh rows: no factor to apply
+    gate_done(kb);
+    if constexpr (kPending) {
+      ptx::wgmma_wait<0>();
+      c_.hold_output();
+      st_.release(st_.v_empty(st_.stage(kb - 1)));
+      c_.epilogue(before);
+    }
+    c_.clear_output();
+    C::to_operand(s_, pa_);
+    hand(kb, pa_, make_float2(1.f, 1.f));
+  }
+
   __device__ __forceinline__ bool needs_mask(const Work& w, int i) const {
     const int n = w.last - i;
     return block_needs_mask(w.m0, w.m0 + Tile::BM, n * Tile::BN, (n + 1) * Tile::BN, w.seq.len, window_);
