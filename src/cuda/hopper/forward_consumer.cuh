@@ -60,43 +60,19 @@ class Consumer {
   static constexpr int kS = BN / 2;  // score accumulators per thread (m64nBN)
   using Probs = uint32_t[BN / 16][4];
 
-  // The rows of one item as the softmax and the epilogue see them: the sequence, the head, this warpgroup's first
-  // query row and the gate's prefix; with their running softmax state (rows g and g + 8 of this thread's warp).
-  struct ItemRows {
-    int batch = 0, start = 0, len = 0;  // the sequence (32-bit: the host refuses T of 2^31 and more)
-    int h = 0;
-    int row0 = 0;  // this warpgroup's first query row (local position)
-    const float* gc = nullptr;
-    float g_ref = 0.f;
-    SoftmaxRow rows[2];
-  };
-
-  __device__ __forceinline__ Consumer(const AttentionParams& a, int wg, const T* sq)
-      : p_(a), wg_(Tile::kSplitV ? 0 : wg), sq_(sq + 64 * wg_ * 64), lane_(threadIdx.x % 32),
-        warp_(ptx::warpgroup_thread() / 32) {
-    clear_output();
-  }
-
-  // Starts item `w`'s rows (the output accumulators are not touched: see clear_output) and returns the rows of the
-  // item before, whose epilogue may still be due.
-  __device__ __forceinline__ ItemRows begin(const Work& w) {
-    const ItemRows before = at_;
-    at_ = ItemRows{};
-    at_.batch = static_cast<int>(w.seq.batch), at_.start = static_cast<int>(w.seq.start), at_.len = w.seq.len;
-    at_.h = w.h;
-    at_.row0 = w.m0 + 64 * wg_;
-    at_.gc = p_.has_gate ? p_.gc_row(w.seq.batch, w.h) + w.seq.start : nullptr;
-    at_.g_ref = at_.gc ? at_.gc[w.m0] : 0.f;
-    return before;
-  }
-  __device__ __forceinline__ const ItemRows& rows() const { return at_; }
-
-  __device__ __forceinline__ void clear_output() {
+  __device__ __forceinline__ Consumer(const AttentionParams& a, const Work& w, int wg, const T* sq)
+      : p_(a), batch_(static_cast<int>(w.seq.batch)), start_(static_cast<int>(w.seq.start)), len_(w.seq.len),
+        h_(w.h), row0_(w.m0 + 64 * (Tile::kSplitV ? 0 : wg)), sq_(sq + 64 * (Tile::kSplitV ? 0 : wg) * 64),
+        lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32),
+        gc_(a.has_gate ? a.gc_row(w.seq.batch, w.h) + w.seq.start : nullptr),
+        g_ref_(gc_ ? gc_[w.m0] : 0.f) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) rows_[r] = SoftmaxRow{};
 #pragma unroll
     for (int i = 0; i < kO; ++i) o_[i] = 0.f;
   }
 
-  __device__ __forceinline__ bool gated() const { return p_.has_gate; }
+  __device__ __forceinline__ bool gated() const { return gc_ != nullptr; }
 
   // Issues S = Q K^T for the key tile `k` as one wgmma group.
   __device__ __forceinline__ void issue_scores(float (&s)[kS], const T* k) const {
@@ -176,14 +152,14 @@ class Consumer {
     }
     if (masked) {
       const unsigned bound = distance_bound(p_.window);
-      const int d0 = (at_.row0 + warp_ * 16 + g) - (n0 + 2 * c);
+      const int d0 = (row0_ + warp_ * 16 + g) - (n0 + 2 * c);
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int d = d0 + 8 * (e / 2) - 8 * j - (e % 2);
           const int col = n0 + 8 * j + 2 * c + (e % 2);
-          if (!visible_at_distance(d, bound) || col >= at_.len) s[4 * j + e] = -INFINITY;
+          if (!visible_at_distance(d, bound) || col >= len_) s[4 * j + e] = -INFINITY;
         }
     }
     const float exp_scale = prescaled() ? 1.f : p_.scale_log2;
@@ -193,15 +169,15 @@ class Consumer {
       float tile_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
-      factor[half] = at_.rows[half].rescale(quad_max(tile_max) * exp_scale);
-      const float off = at_.rows[half].exp_offset();
+      factor[half] = rows_[half].rescale(quad_max(tile_max) * exp_scale);
+      const float off = rows_[half].exp_offset();
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
         float& x0 = s[4 * j + 2 * half];
         float& x1 = s[4 * j + 2 * half + 1];
         x0 = ptx::exp2_ftz(fmaf(x0, exp_scale, -off));
         x1 = ptx::exp2_ftz(fmaf(x1, exp_scale, -off));
-        at_.rows[half].sum += x0 + x1;
+        rows_[half].sum += x0 + x1;
       }
     }
     return make_float2(factor[0], factor[1]);
@@ -226,30 +202,29 @@ class Consumer {
     }
   }
 
-  // Normalises and stores the output rows and lse of `item` (rows(), or the item before as begin returned it).
-  // Split V: consumer 0 also hands each row's output scale to consumer 1 (`o_scale`, by tile row), which stores its
-  // columns with them (epilogue_with).
-  __device__ __forceinline__ void epilogue(const ItemRows& item, float* o_scale = nullptr) {
-    const float sink = p_.has_sink ? p_.sink[item.h] : 0.f;
+  // Normalises and stores the output rows and lse. Split V: consumer 0 also hands each row's output scale to
+  // consumer 1 (`o_scale`, by tile row), which stores its columns with them (epilogue_with).
+  __device__ __forceinline__ void epilogue(float* o_scale = nullptr) {
+    const float sink = p_.has_sink ? p_.sink[h_] : 0.f;
     const int c = lane_ % 4;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = item.row0 + tile_row() + 8 * half;  // local position
-      float max2 = item.rows[half].max2;
-      if (item.gc && row < item.len && max2 != -INFINITY) max2 += (item.gc[row] - item.g_ref) * kLog2e;
-      const RowResult r = finish_row(max2, quad_sum(item.rows[half].sum), p_.has_sink, sink);
+      const int row = row0_ + tile_row() + 8 * half;  // local position
+      float max2 = rows_[half].max2;
+      if (gc_ && row < len_ && max2 != -INFINITY) max2 += (gc_[row] - g_ref_) * kLog2e;
+      const RowResult r = finish_row(max2, quad_sum(rows_[half].sum), p_.has_sink, sink);
       if (o_scale && c == 0) o_scale[tile_row() + 8 * half] = r.o_scale;
-      if (row >= item.len) continue;
-      if (p_.has_lse && c == 0) *p_.lse.template row<float>(item.batch, item.start + row, item.h) = r.lse;
-      store_row(item, half, row, r.o_scale);
+      if (row >= len_) continue;
+      if (p_.has_lse && c == 0) *p_.lse.template row<float>(batch_, start_ + row, h_) = r.lse;
+      store_row(half, row, r.o_scale);
     }
   }
 
   __device__ __forceinline__ void epilogue_with(const float* o_scale) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = at_.row0 + tile_row() + 8 * half;
-      if (row < at_.len) store_row(at_, half, row, o_scale[tile_row() + 8 * half]);
+      const int row = row0_ + tile_row() + 8 * half;
+      if (row < len_) store_row(half, row, o_scale[tile_row() + 8 * half]);
     }
   }
 
@@ -257,9 +232,9 @@ class Consumer {
   // This consumer's first value column block of the V tile `v` ([kV/64][BN][64]).
   __device__ __forceinline__ static const T* my_columns(const T* v) { return v + kCol0 / 64 * BN * 64; }
 
-  // Output row `row` (local position; this thread's half `half`) of `item`, scaled, into its columns from kCol0.
-  __device__ __forceinline__ void store_row(const ItemRows& item, int half, int row, float scale) {
-    T* dst = p_.o.template row<T>(item.batch, item.start + row, item.h) + kCol0 + 2 * (lane_ % 4);
+  // Output row `row` (local position; this thread's half `half`), scaled, into its columns from kCol0.
+  __device__ __forceinline__ void store_row(int half, int row, float scale) {
+    T* dst = p_.o.template row<T>(batch_, start_ + row, h_) + kCol0 + 2 * (lane_ % 4);
 #pragma unroll
     for (int j = 0; j < kOCols / 8; ++j)
       if (kCol0 + 8 * j < p_.V)  // columns past V are the bucket's padding
@@ -267,13 +242,17 @@ class Consumer {
             ptx::pack2<T>(o_[4 * j + 2 * half] * scale, o_[4 * j + 2 * half + 1] * scale);
   }
 
-  __device__ __forceinline__ bool prescaled() const { return p_.has_gate || !(p_.scale_log2 > 0.f); }
+  __device__ __forceinline__ bool prescaled() const { return gc_ != nullptr || !(p_.scale_log2 > 0.f); }
 
   const AttentionParams& p_;
-  const int wg_;  // this warpgroup's 64-row block of the tile (split V: both share block 0)
+  const int batch_, start_, len_;  // the sequence (32-bit: the host refuses T of 2^31 and more)
+  const int h_;
+  const int row0_;  // this warpgroup's first query row (local position)
   const T* const sq_;
   const int lane_, warp_;
-  ItemRows at_;
+  const float* const gc_;
+  const float g_ref_;
+  SoftmaxRow rows_[2];  // rows g and g + 8 of this thread's warp
   float o_[kO];
 };
 

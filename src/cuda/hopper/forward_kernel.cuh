@@ -6,8 +6,7 @@
 // the bytes, empty barriers the consumers' release. With a gate, a second warp stages the gate's key terms.
 // The other warpgroups consume, 64 query rows each. Per key block i a consumer issues S_i = Q K_i^T and
 // O += P_{i-1} V_{i-1} together, runs the online softmax of S_i while P V is still on the tensor cores, then
-// rescales O and turns S_i into P_i (registers, the A operand of the next P V); an item's last P V goes out with the
-// next item's first scores (Mainloop). Two consumers take turns at the
+// rescales O and turns S_i into P_i (registers, the A operand of the next P V). Two consumers take turns at the
 // tensor cores (named barriers: one issues while the other runs its softmax). Masks apply only to blocks that
 // need them; the gate's terms enter the scores, the sink the row sum at the end. setmaxnreg moves registers from
 // the producer to the consumers.
@@ -173,150 +172,93 @@ __device__ __forceinline__ void stage_gate(const AttentionParams& a, const Stage
   }
 }
 
-// A consumer's walk over key blocks across its items. Per key block i one turn at the tensor cores issues
-// S_i = Q K_i^T and O += P_{i-1} V_{i-1} together; the online softmax of S_i runs while P V is still on the tensor
-// cores, then O is rescaled and S_i becomes P_i (registers, the A operand of the next P V). An item's last P V stays
-// pending and goes out in the turn of the next item's first scores, whose softmax runs under it before the item's
-// epilogue: an item boundary costs no turn of its own (the two consumers reach it together, so a turn of one alone
-// would leave the tensor cores idle). Q is released once an item's last scores are done, so the producer loads the
-// next item's Q under the last softmax. `ring` counts the blocks of earlier items, `tiles` their Q loads.
-template <class T, int kK, int kV, class TurnsT>
-class Mainloop {
+// A consumer's main loop over one item's key blocks (`ring`: blocks of earlier items, `tiles`: their Q loads).
+// Q is released once the last scores are done, so the producer loads the next item's Q under the last P V and
+// the epilogue. `hand(b, P, factors)` gets each block's P once it is made (split V: to consumer 1).
+template <class T, int kK, int kV, class TurnsT, class Hand>
+__device__ __forceinline__ void consume(Consumer<T, kK, kV>& c, const Stages<kK, kV>& st, const TurnsT& turns,
+                                        const Work& w, uint32_t ring, uint32_t tiles, int window, Hand&& hand) {
   using Tile = ForwardTile<kK, kV>;
   using C = Consumer<T, kK, kV>;
-
- public:
-  __device__ __forceinline__ Mainloop(C& c, const Stages<kK, kV>& st, const TurnsT& turns, int window,
-                                      uint32_t ring = 0, uint32_t tiles = 0)
-      : c_(c), st_(st), turns_(turns), window_(window), ring_(ring), tiles_(tiles) {}
-
-  __device__ __forceinline__ uint32_t ring() const { return ring_; }
-  __device__ __forceinline__ uint32_t tiles() const { return tiles_; }
-
-  // Item w's key blocks (w.blocks > 0), from its rows' start (c.begin) to its last P V, which stays pending; the item
-  // before's epilogue runs inside (its pending P V done). `hand(b, P, factors)` gets each block's P once it is made.
-  template <class Hand>
-  __device__ __forceinline__ void run(const Work& w, Hand&& hand) {
-    // Two copies of the first block: a branch on pending_ around the wgmmas would leave ptxas unsure which
-    // accumulators are in flight, and it serialises every wgmma of the kernel.
-    if (pending_) first_block<true>(w, hand);
-    else first_block<false>(w, hand);
-
-    for (int i = 1; i < w.blocks; ++i) {
-      const uint32_t b = ring_ + i, vb = b - 1;
-      ptx::barrier_wait(st_.k_full(st_.stage(b)), st_.parity(b));
-      if constexpr (!Tile::kSplitV) ptx::barrier_wait(st_.v_full(st_.stage(vb)), st_.parity(vb));
-      turns_.take();
-      ptx::wgmma_fence();
-      c_.issue_scores(s_, st_.template k<T>(st_.stage(b)));
-      // Split V has one V stage, whose next block loads only once both consumers' P V are done: Q K^T runs while
-      // it lands.
-      if constexpr (Tile::kSplitV) {
-        ptx::barrier_wait(st_.v_full(st_.stage(vb)), st_.parity(vb));
-        ptx::wgmma_fence();  // P's registers again after the wait loop
-      }
-      c_.issue_pv(pa_, st_.template v<T>(st_.stage(vb)));
-      turns_.pass();
-      ptx::wgmma_wait<1>();
-      ptx::wgmma_hold(s_);
-      st_.release(st_.k_empty(st_.stage(b)));
-      if (i == w.blocks - 1) st_.release(st_.q_empty());
-      const float2 factor = c_.softmax(s_, (w.last - i) * Tile::BN, needs_mask(w, i), gate_of(b));
-      gate_done(b);
-      ptx::wgmma_wait<0>();
-      c_.hold_output();
-      st_.release(st_.v_empty(st_.stage(vb)));
-      c_.rescale_output(factor);
-      C::to_operand(s_, pa_);
-      hand(b, pa_, factor);
-    }
-    ring_ += w.blocks, ++tiles_;
-    pending_ = true;
-  }
-
-  // Issues the pending last P V in a turn of its own and waits for it; returns whether there was one (then the
-  // output accumulators of c.rows() are final: its epilogue is due).
-  __device__ __forceinline__ bool flush() {
-    if (!pending_) return false;
-    const uint32_t vb = ring_ - 1;
-    ptx::barrier_wait(st_.v_full(st_.stage(vb)), st_.parity(vb));
-    turns_.take();
-    ptx::wgmma_fence();
-    c_.issue_pv(pa_, st_.template v<T>(st_.stage(vb)));
-    turns_.pass();
-    ptx::wgmma_wait<0>();
-    c_.hold_output();
-    st_.release(st_.v_empty(st_.stage(vb)));
-    pending_ = false;
-    return true;
-  }
-
- private:
-  // Block 0 of item w: its first scores in one turn with the item before's last P V when kPending, the softmax of
-  // the scores under that P V, then the item before's epilogue.
-  template <bool kPending, class Hand>
-  __device__ __forceinline__ void first_block(const Work& w, Hand& hand) {
-    const uint32_t kb = ring_;
-    ptx::barrier_wait(st_.q_full(), tiles_ & 1);
-    ptx::barrier_wait(st_.k_full(st_.stage(kb)), st_.parity(kb));
-    if constexpr (kPending) ptx::barrier_wait(st_.v_full(st_.stage(kb - 1)), st_.parity(kb - 1));
-    turns_.take();
-    ptx::wgmma_fence();
-    c_.issue_scores(s_, st_.template k<T>(st_.stage(kb)));
-    if constexpr (kPending) c_.issue_pv(pa_, st_.template v<T>(st_.stage(kb - 1)));
-    turns_.pass();
-    ptx::wgmma_wait<kPending ? 1 : 0>();
-    ptx::wgmma_hold(s_);
-    st_.release(st_.k_empty(st_.stage(kb)));
-    if (w.blocks == 1) st_.release(st_.q_empty());
-    const typename C::ItemRows before = c_.begin(w);
-    c_.softmax(s_, w.last * Tile::BN, needs_mask(w, 0), gate_of(kb));  // fresh rows: no factor to apply
-    gate_done(kb);
-    if constexpr (kPending) {
-      ptx::wgmma_wait<0>();
-      c_.hold_output();
-      st_.release(st_.v_empty(st_.stage(kb - 1)));
-      c_.epilogue(before);
-    }
-    c_.clear_output();
-    C::to_operand(s_, pa_);
-    hand(kb, pa_, make_float2(1.f, 1.f));
-  }
-
-  __device__ __forceinline__ bool needs_mask(const Work& w, int i) const {
+  const auto needs_mask = [&](int i) {
     const int n = w.last - i;
-    return block_needs_mask(w.m0, w.m0 + Tile::BM, n * Tile::BN, (n + 1) * Tile::BN, w.seq.len, window_);
-  }
+    return block_needs_mask(w.m0, w.m0 + Tile::BM, n * Tile::BN, (n + 1) * Tile::BN, w.seq.len, window);
+  };
   // The gate's staged terms of block number b (nullptr without a gate), and their release after the softmax.
-  __device__ __forceinline__ const float* gate_of(uint32_t b) const {
-    if (!c_.gated()) return nullptr;
-    ptx::barrier_wait(st_.g_full(st_.stage(b)), st_.parity(b));
-    return st_.gate(st_.stage(b));
-  }
-  __device__ __forceinline__ void gate_done(uint32_t b) const {
-    if (c_.gated()) ptx::barrier_arrive(st_.g_empty(st_.stage(b)));  // every consumer thread read the terms
+  const auto gate_of = [&](uint32_t b) -> const float* {
+    if (!c.gated()) return nullptr;
+    ptx::barrier_wait(st.g_full(st.stage(b)), st.parity(b));
+    return st.gate(st.stage(b));
+  };
+  const auto gate_done = [&](uint32_t b) {
+    if (c.gated()) ptx::barrier_arrive(st.g_empty(st.stage(b)));  // every consumer thread read the terms
+  };
+  float s[C::kS];
+  typename C::Probs pa;
+
+  ptx::barrier_wait(st.q_full(), tiles & 1);
+  ptx::barrier_wait(st.k_full(st.stage(ring)), st.parity(ring));
+  turns.take();
+  ptx::wgmma_fence();
+  c.issue_scores(s, st.template k<T>(st.stage(ring)));
+  turns.pass();
+  ptx::wgmma_wait<0>();
+  ptx::wgmma_hold(s);
+  st.release(st.k_empty(st.stage(ring)));
+  if (w.blocks == 1) st.release(st.q_empty());
+  c.softmax(s, w.last * Tile::BN, needs_mask(0), gate_of(ring));  // nothing accumulated yet: no factor to apply
+  gate_done(ring);
+  C::to_operand(s, pa);
+  hand(ring, pa, make_float2(1.f, 1.f));
+
+  for (int i = 1; i < w.blocks; ++i) {
+    const uint32_t kb = ring + i, vb = kb - 1;
+    ptx::barrier_wait(st.k_full(st.stage(kb)), st.parity(kb));
+    if constexpr (!Tile::kSplitV) ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
+    turns.take();
+    ptx::wgmma_fence();
+    c.issue_scores(s, st.template k<T>(st.stage(kb)));
+    // Split V has one V stage, whose next block loads only once both consumers' P V are done: Q K^T runs while it
+    // lands.
+    if constexpr (Tile::kSplitV) {
+      ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
+      ptx::wgmma_fence();  // P's registers again after the wait loop
+    }
+    c.issue_pv(pa, st.template v<T>(st.stage(vb)));
+    turns.pass();
+    ptx::wgmma_wait<1>();
+    ptx::wgmma_hold(s);
+    st.release(st.k_empty(st.stage(kb)));
+    if (i == w.blocks - 1) st.release(st.q_empty());
+    const float2 factor = c.softmax(s, (w.last - i) * Tile::BN, needs_mask(i), gate_of(kb));
+    gate_done(kb);
+    ptx::wgmma_wait<0>();
+    c.hold_output();
+    st.release(st.v_empty(st.stage(vb)));
+    c.rescale_output(factor);
+    C::to_operand(s, pa);
+    hand(kb, pa, factor);
   }
 
-  C& c_;
-  const Stages<kK, kV>& st_;
-  const TurnsT& turns_;
-  const int window_;
-  uint32_t ring_, tiles_;
-  bool pending_ = false;  // the last item's last P V (pa_ with V block ring_ - 1) is not issued yet
-  float s_[C::kS];
-  typename C::Probs pa_;
-};
+  const uint32_t vb = ring + w.blocks - 1;
+  ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
+  turns.take();
+  ptx::wgmma_fence();
+  c.issue_pv(pa, st.template v<T>(st.stage(vb)));
+  turns.pass();
+  ptx::wgmma_wait<0>();
+  c.hold_output();
+  st.release(st.v_empty(st.stage(vb)));
+}
 
-// Split V, consumer 0, one item: the Mainloop (no turns: the consumers do different work) handing each block's P and
-// rescale factors to consumer 1, then the epilogue of the lower output columns, handing the rows' output scales over
-// too. `items`: the CTA's earlier items. Returns the ring's and Q's counts after the item.
+// Split V, consumer 0, one item: consume()'s loop (no turns: the consumers do different work) handing each block's P
+// and rescale factors to consumer 1, then the epilogue of the lower output columns, handing the rows' output scales
+// over too. `items`: the CTA's earlier items.
 template <class T, int kK, int kV>
-__device__ __forceinline__ uint2 score_half(const ForwardParams& p, const Stages<kK, kV>& st, const Work& w,
-                                            uint32_t ring, uint32_t tiles, uint32_t items) {
+__device__ __forceinline__ void score_half(const ForwardParams& p, const Stages<kK, kV>& st, const Work& w,
+                                           uint32_t ring, uint32_t tiles, uint32_t items) {
   using H = typename Stages<kK, kV>::Handoff;
-  Consumer<T, kK, kV> c(p.a, 0, st.template q<T>());
-  const Turns<1> turns(0);
-  Mainloop<T, kK, kV, Turns<1>> loop(c, st, turns, p.a.window, ring, tiles);
+  Consumer<T, kK, kV> c(p.a, w, 0, st.template q<T>());
   if (w.blocks > 0) {
     const auto hand = [&](uint32_t b, const typename Consumer<T, kK, kV>::Probs& pa, float2 factor) {
       const int hb = H::stage(b);
@@ -328,15 +270,11 @@ __device__ __forceinline__ uint2 score_half(const ForwardParams& p, const Stages
       }
       ptx::barrier_arrive(st.p_full(hb));
     };
-    loop.run(w, hand);
-    loop.flush();
-  } else {
-    c.begin(w);
+    consume(c, st, Turns<1>(0), w, ring, tiles, p.a.window, hand);
   }
   Ring<1>::wait_free(st.scales_empty(), items);
-  c.epilogue(c.rows(), st.out_scales());
+  c.epilogue(st.out_scales());
   ptx::barrier_arrive(st.scales_full());
-  return make_uint2(loop.ring(), loop.tiles());
 }
 
 // Split V, consumer 1, one item: per key block, P from consumer 0 (after rescaling what it holds by the block's
@@ -345,8 +283,7 @@ template <class T, int kK, int kV>
 __device__ __forceinline__ void value_half(const ForwardParams& p, const Stages<kK, kV>& st, const Work& w,
                                            uint32_t ring, uint32_t items) {
   using H = typename Stages<kK, kV>::Handoff;
-  Consumer<T, kK, kV, kV / 2> c(p.a, 1, st.template q<T>());
-  c.begin(w);
+  Consumer<T, kK, kV, kV / 2> c(p.a, w, 1, st.template q<T>());
   for (int i = 0; i < w.blocks; ++i) {
     const uint32_t b = ring + i;
     const int hb = H::stage(b);
@@ -411,29 +348,23 @@ __global__ void __launch_bounds__(ForwardTile<kK, kV>::kThreads, 1)
     uint32_t ring = 0, tiles = 0, items = 0;
     detail::for_each_work<Tile::BM, Tile::BN>(p, sched, [&](const detail::Work& w) {
       if (!w.valid) return;
-      if (scores) {
-        const uint2 counts = detail::score_half<T>(p, st, w, ring, tiles, items);
-        ring = counts.x, tiles = counts.y;
-      } else {
-        detail::value_half<T>(p, st, w, ring, items);
-        if (w.blocks > 0) ring += w.blocks, ++tiles;
-      }
+      if (scores) detail::score_half<T>(p, st, w, ring, tiles, items);
+      else detail::value_half<T>(p, st, w, ring, items);
+      if (w.blocks > 0) ring += w.blocks, ++tiles;
       ++items;
     });
   } else {
     const detail::Turns<Tile::kConsumers> turns(ptx::warpgroup_index() - 1);
-    detail::Consumer<T, kK, kV> consumer(p.a, ptx::warpgroup_index() - 1, st.template q<T>());
-    detail::Mainloop<T, kK, kV, detail::Turns<Tile::kConsumers>> loop(consumer, st, turns, p.a.window);
-    const auto no_hand = [](uint32_t, const auto&, float2) {};
+    uint32_t ring = 0, tiles = 0;
     detail::for_each_work<Tile::BM, Tile::BN>(p, sched, [&](const detail::Work& w) {
       if (!w.valid) return;
-      if (w.blocks > 0) return loop.run(w, no_hand);
-      if (loop.flush()) consumer.epilogue(consumer.rows());
-      consumer.begin(w);  // no keys (window 0): empty rows
-      consumer.clear_output();
-      consumer.epilogue(consumer.rows());
+      detail::Consumer<T, kK, kV> consumer(p.a, w, ptx::warpgroup_index() - 1, st.template q<T>());
+      if (w.blocks > 0) {
+        detail::consume(consumer, st, turns, w, ring, tiles, p.a.window, [](uint32_t, const auto&, float2) {});
+        ring += w.blocks, ++tiles;
+      }
+      consumer.epilogue();
     });
-    if (loop.flush()) consumer.epilogue(consumer.rows());
     turns.finish();
   }
 #endif
