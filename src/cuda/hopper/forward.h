@@ -27,8 +27,6 @@ struct ForwardParams {
 // of 64 query rows against key blocks of BN, K, V and the gate's key terms each in a ring of kStages. BN keeps
 // the scores, the output and P inside a consumer's registers and the stages inside 227 KB of shared memory; D64
 // runs three consumers, whose GEMMs are too short for two to hide each other's softmax.
-// V of 256 takes blocks of 64 keys: its 128 output accumulators leave room for 32 scores and 16 P registers, not 40 and
-// 20 (blocks of 80 spilled a few words a block).
 // V above 256 (kSplitV) does not fit one warpgroup's registers: both consumers share one block of 64 rows and
 // split the output's columns; consumer 0 makes the scores and P, which reaches consumer 1 through shared memory
 // (two P buffers, with each block's rescale factors). Q, K and V of 512 columns leave room for one stage each.
@@ -39,7 +37,7 @@ struct ForwardTile {
   static constexpr int kConsumers = kK == 64 && kV == 64 ? 3 : 2;
   static constexpr int kSplitKeys = 64;  // split V's key block: 64 with one K / V stage, or 32 with two
   static constexpr int BM = kSplitV ? 64 : 64 * kConsumers;
-  static constexpr int BN = kSplitV ? kSplitKeys : kV > 128 ? 64 : 128;
+  static constexpr int BN = kSplitV ? kSplitKeys : kV > 128 ? 80 : 128;
   static constexpr int kStages = kSplitV && kSplitKeys == 64 ? 1 : 2;
   static constexpr int kOutCols = kSplitV ? kV / 2 : kV;  // output columns a consumer accumulates
   static constexpr int kKBlocks = kK / 64, kVBlocks = kV / 64;
