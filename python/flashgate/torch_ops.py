@@ -41,6 +41,11 @@ def _empty(shape, dtype, device) -> Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+# The current stream's handle without building a torch.cuda.Stream object (the one torch's own compiled code
+# uses: about 1 us against 5-8 for torch.cuda.current_stream(device).cuda_stream).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _launch(t: Tensor):
     """(stream, validate, workspace allocator, device context) for a call on ``t``'s device."""
     device = t.device
@@ -50,10 +55,11 @@ def _launch(t: Tensor):
 
     if device.type != "cuda":
         return 0, True, allocate, contextlib.nullcontext()
-    stream = torch.cuda.current_stream(device).cuda_stream
+    current = torch.cuda.current_device()
+    index = current if device.index is None else device.index
+    stream = _raw_stream(index) if _raw_stream else torch.cuda.current_stream(device).cuda_stream
     validate = not torch.cuda.is_current_stream_capturing()
-    same = device.index is None or device.index == torch.cuda.current_device()
-    return stream, validate, allocate, contextlib.nullcontext() if same else torch.cuda.device(device)
+    return stream, validate, allocate, contextlib.nullcontext() if index == current else torch.cuda.device(device)
 
 
 def _companion_dtype(dtype: torch.dtype) -> torch.dtype:
