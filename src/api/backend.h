@@ -14,7 +14,8 @@ namespace flashgate::detail {
 // `run` receives a Launch whose workspace holds at least `workspace(...)` bytes.
 class BackendImpl {
  public:
-  static constexpr const char* kSlicesOnCpu = "the slice ops run on the cpu backend only so far";
+  static constexpr const char* kSlicesOnCpu =
+      "the slice ops run on the cpu backend, and the slice forward on the cuda backend, so far";
 
   virtual ~BackendImpl() = default;
   virtual Backend id() const = 0;
@@ -34,7 +35,7 @@ class BackendImpl {
   virtual void run(const DecodeArgs&, const DecodeProblem&, const Launch&) const = 0;
   virtual void run(const PagedArgs&, const PagedProblem&, const Launch&) const = 0;
 
-  // The slice ops (context parallelism) run on the cpu backend so far.
+  // The slice ops (context parallelism): the cpu backend serves both, the cuda backend the forward, so far.
   virtual std::string cannot_run(const SliceForwardArgs&, const SliceProblem&) const { return kSlicesOnCpu; }
   virtual std::string cannot_run(const SliceBackwardArgs&, const SliceProblem&) const { return kSlicesOnCpu; }
   virtual size_t workspace(const SliceForwardArgs&, const SliceProblem&) const { return 0; }

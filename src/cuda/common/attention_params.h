@@ -34,6 +34,12 @@ struct AttentionParams {
   const void* cu_seqlens = nullptr;     // [N+1] int32/int64, nullptr when dense
   int cu_seqlens_bytes = 0;             // 4 or 8 (0 when dense)
   const float* gc = nullptr;            // workspace: inclusive gate prefix sums, [B][HQ][T] fp32 (see gc_row)
+  // A slice pair (attention_forward_slice; dense): Tk keys per sequence, query row r at key position
+  // r + key_shift (q_start - k_start), the keys' cumulative gate in gc_k [B][HQ][Tk]. Tk == 0: the queries' own
+  // keys (Tk = T, shift 0, gc_k = gc).
+  int64_t Tk = 0;
+  int key_shift = 0;
+  const float* gc_k = nullptr;
 
   int64_t B = 0, T = 0, HQ = 0, H = 0, group = 1, num_seqs = 0;
   int K = 0, V = 0;
@@ -47,6 +53,10 @@ struct AttentionParams {
 
   // Gate prefix sums of batch b, query head h, indexed by the token index (global when packed).
   FG_HOST_DEVICE const float* gc_row(int64_t b, int64_t h) const { return gc + (b * HQ + h) * T; }
+  // The keys' side of it (slices: gc_k; otherwise gc_row).
+  FG_HOST_DEVICE const float* gc_key_row(int64_t b, int64_t h) const {
+    return gc_k ? gc_k + (b * HQ + h) * Tk : gc_row(b, h);
+  }
 };
 
 }  // namespace flashgate::cuda

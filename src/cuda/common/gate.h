@@ -18,4 +18,9 @@ inline int64_t gate_prefix_elements(const AttentionParams& p) { return p.has_gat
 // sequence and query head (p.gc must point at gate_prefix_elements(p) floats). Stream-ordered, no sync.
 void launch_gate_prefix_sum(const AttentionParams& p, float* gc, CUstream_st* stream);
 
+// out[(b*HQ + h)*T + t] = g[b, t, h] as fp32: a slice pair's cumulative gate (given whole, attention_forward_slice)
+// in the layout the kernels read.
+void launch_gate_transpose(const TokenHeadTensor& g, int64_t B, int64_t T, int64_t HQ, float* out,
+                           CUstream_st* stream);
+
 }  // namespace flashgate::cuda

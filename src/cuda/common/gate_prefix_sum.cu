@@ -1,6 +1,6 @@
-// The gate prefix-sum pre-kernel: one block per (sequence, query head) scans the sequence in chunks of
-// kThreads * kPerThread tokens, each thread summing a few consecutive tokens, a warp-shuffle scan of the
-// thread totals and a carry between chunks.
+// The gate's pre-kernels. The prefix sum: one block per (sequence, query head) scans the sequence in chunks of
+// kThreads * kPerThread tokens, each thread summing a few consecutive tokens, a warp-shuffle scan of the thread
+// totals and a carry between chunks. The transpose: a slice pair's cumulative gates, given whole, into that layout.
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/element.h"
 #include "cuda/common/gate.h"
@@ -64,7 +64,24 @@ __global__ void __launch_bounds__(kThreads) gate_prefix_sum_kernel(AttentionPara
   }
 }
 
+__global__ void gate_transpose_kernel(TokenHeadTensor g, int64_t T, int64_t HQ, float* out, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = i % T, bh = i / T;
+    out[i] = load_as_float(g.data, g.offset(bh / HQ, t, bh % HQ), g.dtype);
+  }
+}
+
 }  // namespace
+
+void launch_gate_transpose(const TokenHeadTensor& g, int64_t B, int64_t T, int64_t HQ, float* out,
+                           CUstream_st* stream) {
+  const int64_t count = B * T * HQ;
+  if (count == 0) return;
+  const int64_t blocks = (count + 255) / 256;
+  gate_transpose_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), 256, 0, stream>>>(g, T, HQ, out,
+                                                                                                      count);
+  FLASHGATE_CHECK_LAUNCH("gate_transpose_kernel");
+}
 
 void launch_gate_prefix_sum(const AttentionParams& p, float* gc, CUstream_st* stream) {
   const int64_t jobs = p.num_seqs * p.HQ;

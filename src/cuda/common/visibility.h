@@ -30,12 +30,13 @@ FG_HOST_DEVICE int64_t window_start(int64_t pos, int64_t window) { return window
 // query tokens over k_len keys (this step's included) sits at key position k_len - q_len + t.
 FG_HOST_DEVICE int64_t query_position(int64_t k_len, int64_t q_len, int64_t t) { return k_len - q_len + t; }
 
-// Keys [begin, end) that any query of rows [row_begin, row_end) may see (empty: begin >= end).
+// A span [begin, end) of key or query positions (empty: begin >= end).
 struct KeySpan {
   int begin = 0, end = 0;
   FG_HOST_DEVICE bool empty() const { return begin >= end; }
 };
 
+// Keys [begin, end) that any query of rows [row_begin, row_end) may see.
 FG_HOST_DEVICE KeySpan keys_seen_by_rows(int row_begin, int row_end, int len, int window) {
   KeySpan s;
   if (window == 0) return s;  // window 0 hides every key
@@ -43,6 +44,14 @@ FG_HOST_DEVICE KeySpan keys_seen_by_rows(int row_begin, int row_end, int len, in
   s.end = last_row + 1;
   s.begin = static_cast<int>(window_start(row_begin, window));
   if (s.begin < 0) s.begin = 0;
+  return s;
+}
+
+// The same for a slice pair (attention_forward_slice): row r sits at key position r + shift among key_len keys
+// (the host keeps |shift|, len and key_len below 2^30, so positions stay 32-bit).
+FG_HOST_DEVICE KeySpan keys_seen_by_rows(int row_begin, int row_end, int len, int window, int shift, int key_len) {
+  KeySpan s = keys_seen_by_rows(row_begin + shift, row_end + shift, len + shift, window);
+  if (s.end > key_len) s.end = key_len;
   return s;
 }
 
@@ -65,6 +74,13 @@ FG_HOST_DEVICE bool block_needs_mask(int row_begin, int row_end, int col_begin, 
   if (window >= 0 && (row_end - 1) - col_begin >= window) return true;       // reaches past the window
   if (col_end > len) return true;                                            // keys past the sequence
   return false;
+}
+
+// The same for a slice pair: rows at r + shift among key_len keys.
+FG_HOST_DEVICE bool block_needs_mask(int row_begin, int row_end, int col_begin, int col_end, int len, int window,
+                                     int shift, int key_len) {
+  return block_needs_mask(row_begin + shift, row_end + shift, col_begin, col_end, len + shift, window) ||
+         col_end > key_len;
 }
 
 }  // namespace flashgate::cuda

@@ -4,6 +4,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <string>
+
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/gate.h"
 #include "cuda/common/row_repack.h"
@@ -104,7 +107,80 @@ void launch_tiled(const AttentionParams& p, const cuda::TileSchedule& sched, con
   }
 }
 
+// ---- slice pairs (attention_forward_slice): the tiled kernels over Tk keys with the rows shifted ----------------
+
+detail::AttentionProblem as_attention(const detail::SliceProblem& sp) {
+  detail::AttentionProblem p;
+  p.B = sp.B, p.T = sp.Tq, p.HQ = sp.HQ, p.H = sp.H, p.K = sp.K, p.V = sp.V, p.num_seqs = sp.B;
+  p.scale = sp.scale, p.window = sp.window;
+  p.has_gate = sp.has_gate, p.has_sink = sp.has_sink, p.has_lse = true;
+  return p;
+}
+
+AttentionParams slice_params(const SliceForwardArgs& a, const detail::SliceProblem& sp) {
+  AttentionParams p = cuda::make_attention_params(a.q, a.k, a.v, Tensor{}, a.sink, Tensor{}, as_attention(sp));
+  p.o = cuda::token_head_view(a.o), p.o_width = cuda::row_copy_width(a.o);
+  p.lse = cuda::token_head_view(a.lse);
+  // Positions may reach 2^62; the kernels take the rows' shift against the keys in 32 bits. Rows past every key
+  // see by the window alone, measured from shift Tk; rows before every key see nothing at any shift below -Tq.
+  int64_t shift = sp.q_start - sp.k_start, window = sp.window;
+  if (shift > sp.Tk) {
+    if (window >= 0) window = std::max<int64_t>(0, window - (shift - sp.Tk));
+    shift = sp.Tk;
+  }
+  shift = std::max(shift, -sp.Tq);
+  p.Tk = sp.Tk;
+  p.key_shift = static_cast<int>(shift);
+  // A window longer than the largest distance (the last row to key 0) hides nothing: "none", so kernels keep ints.
+  p.window = (window < 0 || window > sp.Tq - 1 + shift) ? -1 : static_cast<int>(window);
+  return p;
+}
+
+struct SliceScratch {
+  float *gc = nullptr, *gc_k = nullptr;
+  size_t bytes = 0;
+};
+
+SliceScratch carve_slice(const detail::SliceProblem& sp, void* base) {
+  cuda::WorkspaceCarver w(base);
+  SliceScratch s;
+  if (sp.has_gate) s.gc = w.take<float>(sp.B * sp.HQ * sp.Tq), s.gc_k = w.take<float>(sp.B * sp.HQ * sp.Tk);
+  s.bytes = w.bytes();
+  return s;
+}
+
 }  // namespace
+
+std::string slice_forward_refusal(const SliceForwardArgs& a, const detail::SliceProblem& sp) {
+  if (a.q.dtype != DType::f16 && a.q.dtype != DType::bf16) return "slices take fp16 or bf16 here (fp32: cpu backend)";
+  // Positions are 32-bit in the kernels: a row's key position (row + shift, |shift| <= Tq + Tk) stays below 2^31.
+  const int64_t limit = int64_t{1} << 30;
+  if (sp.Tq >= limit || sp.Tk >= limit) return "slices of 2^30 tokens or more are not supported";
+  for (const Tensor* t : {&a.q, &a.k, &a.v, &a.o})
+    if (cuda::row_copy_width(*t) < 16) return "slices need q, k, v and o rows on 16-byte boundaries";
+  if (!plan_forward(slice_params(a, sp)).tiled) return "this GPU's shared memory cannot hold the slice's tiles";
+  return "";
+}
+
+size_t slice_forward_workspace(const SliceForwardArgs&, const detail::SliceProblem& sp) {
+  return carve_slice(sp, nullptr).bytes;
+}
+
+void launch_slice_forward(const SliceForwardArgs& a, const detail::SliceProblem& sp, const Launch& launch) {
+  AttentionParams p = slice_params(a, sp);
+  if (p.B == 0 || p.T == 0) return;
+  CUstream_st* stream = launch.stream;
+  const ForwardPlan plan = plan_forward(p);
+  const SliceScratch s = carve_slice(sp, launch.workspace);
+  if (p.has_gate) {
+    cuda::launch_gate_transpose(cuda::token_head_view(a.gate_q), sp.B, sp.Tq, sp.HQ, s.gc, stream);
+    cuda::launch_gate_transpose(cuda::token_head_view(a.gate_k), sp.B, sp.Tk, sp.HQ, s.gc_k, stream);
+    p.gc = s.gc, p.gc_k = s.gc_k;
+  }
+  const cuda::TileSchedule sched = cuda::make_tile_schedule(p, plan.tile.bm, nullptr);  // dense: no tile map
+  if (p.dtype == ElementType::f16) launch_tiled<__half>(p, sched, plan, stream);
+  else launch_tiled<__nv_bfloat16>(p, sched, plan, stream);
+}
 
 size_t forward_workspace(const ForwardArgs& a, const detail::AttentionProblem& prob) {
   const AttentionParams p = cuda::make_attention_params(a, prob);

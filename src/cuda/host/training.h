@@ -1,4 +1,4 @@
-// Portable (sm80+) training kernels: attention forward and backward (SPEC §3-§4).
+// Portable (sm80+) training kernels: attention forward and backward (SPEC §3-§4), and the forward of a slice pair.
 #pragma once
 
 #include <cstddef>
@@ -12,11 +12,14 @@ namespace flashgate::host {
 // "" when these kernels serve the request, else why not.
 std::string cannot_run(const ForwardArgs&, const detail::AttentionProblem&);
 std::string cannot_run(const BackwardArgs&, const detail::AttentionProblem&);
+std::string cannot_run(const SliceForwardArgs&, const detail::SliceProblem&);
 
 size_t workspace(const ForwardArgs&, const detail::AttentionProblem&);
 size_t workspace(const BackwardArgs&, const detail::AttentionProblem&);
+size_t workspace(const SliceForwardArgs&, const detail::SliceProblem&);
 
 void run(const ForwardArgs&, const detail::AttentionProblem&, const Launch&);
 void run(const BackwardArgs&, const detail::AttentionProblem&, const Launch&);
+void run(const SliceForwardArgs&, const detail::SliceProblem&, const Launch&);
 
 }  // namespace flashgate::host

@@ -37,6 +37,7 @@ struct WorkItem {
   int64_t h = 0, kvh = 0;
   int v0 = 0, v_width = 0;  // value dims of this chunk: [v0, v0 + v_width)
   KeySpan keys;
+  int key_len = 0, shift = 0;  // the keys: key_len of them, row r at key position r + shift (see AttentionParams::Tk)
 };
 
 template <class Tile, int kStages>
@@ -126,14 +127,19 @@ class ForwardBlock {
   // Key rows count from the sequence's first key (64-bit pointer steps: tensors may exceed 2^31 elements).
   __device__ __forceinline__ void load_k(int n) {
     const int n0 = n * BN;
-    k_stream_.load(k_tile(n), n0, w_.seq.len - n0);
+    k_stream_.load(k_tile(n), n0, w_.key_len - n0);
     if (gc_ && tid_ < BN) {
-      const bool valid = n0 + tid_ < w_.seq.len;
-      ptx::cp_async_4(gk_tile(n) + tid_, gc_ + (valid ? n0 + tid_ : 0), valid ? 4 : 0);
+      const bool valid = n0 + tid_ < w_.key_len;
+      ptx::cp_async_4(gk_tile(n) + tid_, gc_keys() + (valid ? n0 + tid_ : 0), valid ? 4 : 0);
     }
   }
 
-  __device__ __forceinline__ void load_v(int n) { v_stream_.load(v_tile(n), n * BN, w_.seq.len - n * BN); }
+  // The cumulative gate at the keys (gc_ but for a slice pair), derived per load: no register through the loop.
+  __device__ __forceinline__ const float* gc_keys() const {
+    return p_.gc_key_row(w_.seq.batch, w_.h) + w_.seq.start;
+  }
+
+  __device__ __forceinline__ void load_v(int n) { v_stream_.load(v_tile(n), n * BN, w_.key_len - n * BN); }
 
   // ---- S = Q K^T ----------------------------------------------------------------------------------------
   __device__ __forceinline__ void scores(float (&s)[MT][kNT][4], int n) const {
@@ -177,7 +183,8 @@ class ForwardBlock {
     const int n0 = n * BN;
     if (prescaled()) to_log2_scores(s, gk_tile(n));
     // Per-element masking only where the tile needs it: diagonal, window edge, sequence end (uniform test).
-    if (block_needs_mask(w_.m0, w_.m0 + Tile::BM, n0, n0 + BN, w_.seq.len, p_.window)) mask_hidden(s, n0);
+    if (block_needs_mask(w_.m0, w_.m0 + Tile::BM, n0, n0 + BN, w_.seq.len, p_.window, w_.shift, w_.key_len))
+      mask_hidden(s, n0);
     const float exp_scale = prescaled() ? 1.f : p_.scale_log2;
     // The maxima of all the thread's rows first, then one warp vote for the o rescale: past the first tiles
     // the row max rarely moves, so the multiplies are skipped, and with no branch between them the 2 * MT
@@ -258,10 +265,21 @@ class ForwardBlock {
   // -inf where query row i does not see key column j, as a compare of the distance i - j: the thread's
   // distances differ by constants, so a score costs an add, a compare and a select (visible() per score
   // cost about seven instructions: a masked tile ran ~1.5x a plain one, and window and packed rows mask
-  // 20-25% of their tiles). Rows past the sequence's end are never stored and stay unmasked.
+  // 20-25% of their tiles). Rows past the sequence's end are never stored and stay unmasked. Keys past the
+  // end hide behind the diagonal, but for a slice pair's rows that sit past its keys: there by column.
   __device__ __forceinline__ void mask_hidden(float (&s)[MT][kNT][4], int n0) const {
-    const int d0 = (w_.m0 + warp_row0_ + lane_ / 4) - (n0 + (lane_ % 4) * 2);  // of s[0][0][0]
+    const int d0 = (w_.m0 + warp_row0_ + lane_ / 4 + w_.shift) - (n0 + (lane_ % 4) * 2);  // of s[0][0][0]
     const unsigned bound = distance_bound(p_.window);
+    if (n0 + BN > w_.key_len) {
+      const int col0 = n0 + (lane_ % 4) * 2;
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2)
+          if (col0 + j * 8 + e2 >= w_.key_len)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) s[mt][j][e2] = s[mt][j][2 + e2] = -INFINITY;
+    }
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -335,7 +353,7 @@ class ForwardBlock {
   float* const sGk_;  // stage 0's Gc of the key tile's keys (with a gate; stage s at + s * BN)
   const TileStream<T, BN, KB, Tile::kKStride, Tile::kThreads> k_stream_;
   const TileStream<T, BN, VB, Tile::kVStride, Tile::kThreads> v_stream_;
-  const float* const gc_;
+  const float* const gc_;  // the cumulative gate at the rows (local positions; the keys': gc_keys)
   const float g_ref_;  // Gc at the tile's first row (see to_log2_scores)
   const int tid_, lane_, warp_row0_;
   const int k_active_, v_active_;
@@ -365,7 +383,9 @@ __global__ void __launch_bounds__(Tile::kThreads)
   w.kvh = w.h / p.group;
   w.v0 = vchunk * Tile::VB;
   w.v_width = min(Tile::VB, p.V - w.v0);
-  w.keys = keys_seen_by_rows(w.m0, w.m0 + w.rows, w.seq.len, p.window);
+  w.key_len = p.Tk > 0 ? static_cast<int>(p.Tk) : w.seq.len;
+  w.shift = p.key_shift;
+  w.keys = keys_seen_by_rows(w.m0, w.m0 + w.rows, w.seq.len, p.window, w.shift, w.key_len);
   if (threadIdx.x == 0) item = w;
   __syncthreads();
   ForwardBlock<Tile, kStages>(p, item, smem).run();
