@@ -120,7 +120,7 @@ detail::AttentionProblem as_attention(const detail::SliceProblem& sp) {
 AttentionParams slice_params(const SliceForwardArgs& a, const detail::SliceProblem& sp) {
   AttentionParams p = cuda::make_attention_params(a.q, a.k, a.v, Tensor{}, a.sink, Tensor{}, as_attention(sp));
   p.o = cuda::token_head_view(a.o), p.o_width = cuda::row_copy_width(a.o);
-  p.lse = cuda::token_head_view(a.lse);
+  p.lse = cuda::token_head_view(a.lse), p.has_lse = true;
   // Positions may reach 2^62; the kernels take the rows' shift against the keys in 32 bits. Rows past every key
   // see by the window alone, measured from shift Tk; rows before every key see nothing at any shift below -Tq.
   int64_t shift = sp.q_start - sp.k_start, window = sp.window;
