@@ -14,8 +14,7 @@ namespace flashgate::detail {
 // `run` receives a Launch whose workspace holds at least `workspace(...)` bytes.
 class BackendImpl {
  public:
-  static constexpr const char* kSlicesOnCpu =
-      "the slice ops run on the cpu backend, and the slice forward on the cuda backend, so far";
+  static constexpr const char* kSlicesElsewhere = "the slice ops run on the cpu and cuda backends";
 
   virtual ~BackendImpl() = default;
   virtual Backend id() const = 0;
@@ -35,9 +34,9 @@ class BackendImpl {
   virtual void run(const DecodeArgs&, const DecodeProblem&, const Launch&) const = 0;
   virtual void run(const PagedArgs&, const PagedProblem&, const Launch&) const = 0;
 
-  // The slice ops (context parallelism): the cpu backend serves both, the cuda backend the forward, so far.
-  virtual std::string cannot_run(const SliceForwardArgs&, const SliceProblem&) const { return kSlicesOnCpu; }
-  virtual std::string cannot_run(const SliceBackwardArgs&, const SliceProblem&) const { return kSlicesOnCpu; }
+  // The slice ops (context parallelism): the cpu and cuda backends serve them.
+  virtual std::string cannot_run(const SliceForwardArgs&, const SliceProblem&) const { return kSlicesElsewhere; }
+  virtual std::string cannot_run(const SliceBackwardArgs&, const SliceProblem&) const { return kSlicesElsewhere; }
   virtual size_t workspace(const SliceForwardArgs&, const SliceProblem&) const { return 0; }
   virtual size_t workspace(const SliceBackwardArgs&, const SliceProblem&) const { return 0; }
   virtual void run(const SliceForwardArgs&, const SliceProblem&, const Launch&) const;

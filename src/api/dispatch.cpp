@@ -40,10 +40,10 @@ void* BackendImpl::allocate_scratch(size_t, CUstream_st*) const { return nullptr
 void BackendImpl::free_scratch(void*, CUstream_st*) const {}
 // Unreachable: cannot_run refuses the slice ops on every backend that does not override these.
 void BackendImpl::run(const SliceForwardArgs&, const SliceProblem&, const Launch&) const {
-  throw Error(ErrorKind::unsupported, "backend", std::string("flashgate: ") + kSlicesOnCpu);
+  throw Error(ErrorKind::unsupported, "backend", std::string("flashgate: ") + kSlicesElsewhere);
 }
 void BackendImpl::run(const SliceBackwardArgs&, const SliceProblem&, const Launch&) const {
-  throw Error(ErrorKind::unsupported, "backend", std::string("flashgate: ") + kSlicesOnCpu);
+  throw Error(ErrorKind::unsupported, "backend", std::string("flashgate: ") + kSlicesElsewhere);
 }
 
 namespace {

@@ -1,7 +1,8 @@
-// GPU test of the slice forward (context parallelism) on the cuda backend: fresh random slice pairs (queries and
-// keys at their own global positions, before, across and after each other, positions near 2^40 too) with and
-// without gate, sink, window and GQA, fp16 and bf16, against the cpu backend's slice forward on the same inputs:
-// o within SPEC §7's relative RMS, lse the same (-inf exactly where a row sees nothing). Outputs start poisoned.
+// GPU tests of the slice ops (context parallelism) on the cuda backend: fresh random slice pairs (queries and keys at
+// their own global positions, before, across and after each other, positions near 2^40 too) with and without gate,
+// sink, window and GQA, fp16 and bf16, against the cpu backend's slice ops on the same inputs. Forward: o within
+// SPEC §7's relative RMS, lse the same (-inf exactly where a row sees nothing). Backward (given the pair's own lse
+// and D = rowsum(o * dout)): dq, dk, dv, the cumulative gates' gradients and dsink. Outputs start poisoned.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,83 +41,163 @@ void expect_same_lse(const OwnedTensor& out, const OwnedTensor& ref, double tol)
   if (!rf.empty()) EXPECT_LE(flashgate::harness::relative_rms(of, rf), tol) << "lse";
 }
 
+// One random slice pair: its sizes, positions, features and host inputs.
+struct SliceCase {
+  DType dtype;
+  int64_t B, H, HQ, K, V, Tq, Tk, q_start, k_start, window;
+  bool gate, sink;
+  OwnedTensor q, k, v, gate_q, gate_k, s;
+
+  static SliceCase random(int trial, flashgate::harness::Rng& rng) {
+    static const int64_t dims[] = {8, 40, 64, 96, 128, 200, 256};
+    static const int64_t windows[] = {-1, -1, 0, 1, 17, 130, 1000};
+    SliceCase c;
+    c.dtype = trial % 2 ? DType::bf16 : DType::f16;
+    c.B = 1 + rng() % 2, c.H = 1 + rng() % 2, c.HQ = c.H * (1 + rng() % 3);
+    c.K = dims[rng() % 7], c.V = dims[rng() % 7];
+    c.Tq = 1 + rng() % 300, c.Tk = 1 + rng() % 300;
+    // Near each other (before, across, after) or far apart; every so often at positions near 2^40.
+    const int64_t base = trial % 5 == 4 ? (int64_t{1} << 40) : 0;
+    c.q_start = base + rng() % 700, c.k_start = base + rng() % 700;
+    c.gate = rng() % 2, c.sink = rng() % 2;
+    c.window = windows[rng() % 7];
+    c.q = OwnedTensor(c.dtype, {c.B, c.Tq, c.HQ, c.K}), c.k = OwnedTensor(c.dtype, {c.B, c.Tk, c.H, c.K});
+    c.v = OwnedTensor(c.dtype, {c.B, c.Tk, c.H, c.V});
+    c.q.fill_normal(rng), c.k.fill_normal(rng), c.v.fill_normal(rng);
+    if (c.gate) c.make_gates(rng);
+    if (c.sink) c.s = OwnedTensor(DType::f32, {c.HQ}), c.s.fill_normal(rng);
+    return c;
+  }
+
+  // One cumulative gate over the positions both slices cover, read at each slice's positions.
+  void make_gates(flashgate::harness::Rng& rng) {
+    const int64_t first = std::min(q_start, k_start), span = std::max(q_start + Tq, k_start + Tk) - first;
+    OwnedTensor g(DType::f32, {B, span, HQ});
+    g.fill_log_sigmoid_normal(rng);
+    const std::vector<double> gv = g.values();
+    std::vector<double> G(gv.size());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < HQ; ++h) {
+        double run = -40.0;  // the prefix before `first`
+        for (int64_t t = 0; t < span; ++t) {
+          const size_t i = static_cast<size_t>((b * span + t) * HQ + h);
+          G[i] = run += gv[i];
+        }
+      }
+    const auto at = [&](int64_t start, int64_t T) {
+      std::vector<double> out;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < HQ; ++h) out.push_back(G[static_cast<size_t>((b * span + start - first + t) * HQ + h)]);
+      return out;
+    };
+    gate_q = OwnedTensor(DType::f32, {B, Tq, HQ}), gate_k = OwnedTensor(DType::f32, {B, Tk, HQ});
+    gate_q.set_values(at(q_start, Tq)), gate_k.set_values(at(k_start, Tk));
+  }
+
+  std::string describe(int trial) const {
+    return "trial " + std::to_string(trial) + (dtype == DType::bf16 ? " bf16" : " fp16") + " B" + std::to_string(B) +
+           " HQ" + std::to_string(HQ) + " H" + std::to_string(H) + " K" + std::to_string(K) + " V" + std::to_string(V) +
+           " Tq" + std::to_string(Tq) + " Tk" + std::to_string(Tk) + " q_start " + std::to_string(q_start) +
+           " k_start " + std::to_string(k_start) + (gate ? " gate" : "") + (sink ? " sink" : "") + " window " +
+           std::to_string(window);
+  }
+
+  // The inputs of one side (the host tensors, or their device copies in `dev`).
+  struct Inputs {
+    OwnedTensor q, k, v, gate_q, gate_k, s;
+  };
+  Inputs on(Device device) const {
+    const auto to = [&](const OwnedTensor& t) { return t.defined() ? t.to(device) : OwnedTensor(); };
+    return {to(q), to(k), to(v), to(gate_q), to(gate_k), to(s)};
+  }
+
+  flashgate::SliceForwardArgs forward(const Inputs& in, const OwnedTensor& o, const OwnedTensor& lse) const {
+    flashgate::SliceForwardArgs a;
+    a.q = in.q.view(), a.k = in.k.view(), a.v = in.v.view(), a.o = o.view(), a.lse = lse.view();
+    if (gate) a.gate_q = in.gate_q.view(), a.gate_k = in.gate_k.view();
+    if (sink) a.sink = in.s.view();
+    a.q_start = q_start, a.k_start = k_start;
+    if (window >= 0) a.window = window;
+    return a;
+  }
+};
+
 TEST(SliceForwardCuda, MatchesTheCpuSlice) {
   FLASHGATE_REQUIRE_GPU();
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FLASHGATE_SEED replays it)");
   flashgate::harness::Rng rng(seed);
-  const int64_t dims[] = {8, 40, 64, 96, 128, 200, 256};
-  const int64_t windows[] = {-1, -1, 0, 1, 17, 130, 1000};
   for (int trial = 0; trial < 40; ++trial) {
-    const DType dtype = trial % 2 ? DType::bf16 : DType::f16;
-    const int64_t B = 1 + rng() % 2, H = 1 + rng() % 2, HQ = H * (1 + rng() % 3);
-    const int64_t K = dims[rng() % 7], V = dims[rng() % 7];
-    const int64_t Tq = 1 + rng() % 300, Tk = 1 + rng() % 300;
-    // Near each other (before, across, after) or far apart; every so often at positions near 2^40.
-    const int64_t base = trial % 5 == 4 ? (int64_t{1} << 40) : 0;
-    const int64_t q_start = base + rng() % 700, k_start = base + rng() % 700;
-    const bool gate = rng() % 2, sink = rng() % 2;
-    const int64_t window = windows[rng() % 7];
-    SCOPED_TRACE("trial " + std::to_string(trial) + (dtype == DType::bf16 ? " bf16" : " fp16") + " B" +
-                 std::to_string(B) + " HQ" + std::to_string(HQ) + " H" + std::to_string(H) + " K" + std::to_string(K) +
-                 " V" + std::to_string(V) + " Tq" + std::to_string(Tq) + " Tk" + std::to_string(Tk) + " q_start " +
-                 std::to_string(q_start) + " k_start " + std::to_string(k_start) + (gate ? " gate" : "") +
-                 (sink ? " sink" : "") + " window " + std::to_string(window));
-
-    OwnedTensor q(dtype, {B, Tq, HQ, K}), k(dtype, {B, Tk, H, K}), v(dtype, {B, Tk, H, V});
-    q.fill_normal(rng), k.fill_normal(rng), v.fill_normal(rng);
-    OwnedTensor gate_q, gate_k, s;
-    if (gate) {
-      // One cumulative gate over the positions both slices cover, read at each slice's positions.
-      const int64_t first = std::min(q_start, k_start), last = std::max(q_start + Tq, k_start + Tk);
-      OwnedTensor g(DType::f32, {B, last - first, HQ});
-      g.fill_log_sigmoid_normal(rng);
-      const std::vector<double> gv = g.values();
-      std::vector<double> G(gv.size());
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t h = 0; h < HQ; ++h) {
-          double run = -40.0;  // the prefix before `first`
-          for (int64_t t = 0; t < last - first; ++t) {
-            const size_t i = static_cast<size_t>((b * (last - first) + t) * HQ + h);
-            run += gv[i];
-            G[i] = run;
-          }
-        }
-      const auto at = [&](int64_t start, int64_t T) {
-        std::vector<double> out;
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t t = 0; t < T; ++t)
-            for (int64_t h = 0; h < HQ; ++h) out.push_back(G[static_cast<size_t>((b * (last - first) + start - first + t) * HQ + h)]);
-        return out;
-      };
-      gate_q = OwnedTensor(DType::f32, {B, Tq, HQ}), gate_k = OwnedTensor(DType::f32, {B, Tk, HQ});
-      gate_q.set_values(at(q_start, Tq)), gate_k.set_values(at(k_start, Tk));
-    }
-    if (sink) s = OwnedTensor(DType::f32, {HQ}), s.fill_normal(rng);
-
-    OwnedTensor o(dtype, {B, Tq, HQ, V}), lse(DType::f32, {B, Tq, HQ});
-    o.poison(), lse.poison();
-    const auto args = [&](const OwnedTensor& q_, const OwnedTensor& k_, const OwnedTensor& v_, const OwnedTensor& gq,
-                          const OwnedTensor& gk, const OwnedTensor& s_, const OwnedTensor& o_, const OwnedTensor& l_) {
-      flashgate::SliceForwardArgs a;
-      a.q = q_.view(), a.k = k_.view(), a.v = v_.view(), a.o = o_.view(), a.lse = l_.view();
-      if (gate) a.gate_q = gq.view(), a.gate_k = gk.view();
-      if (sink) a.sink = s_.view();
-      a.q_start = q_start, a.k_start = k_start;
-      if (window >= 0) a.window = window;
-      return a;
-    };
-    flashgate::attention_forward_slice(args(q, k, v, gate_q, gate_k, s, o, lse), fgtest::on(Backend::cpu));
-
-    const OwnedTensor dq = q.to(Device::cuda), dk = k.to(Device::cuda), dv = v.to(Device::cuda);
-    const OwnedTensor dgq = gate ? gate_q.to(Device::cuda) : OwnedTensor(), dgk = gate ? gate_k.to(Device::cuda) : OwnedTensor();
-    const OwnedTensor ds = sink ? s.to(Device::cuda) : OwnedTensor();
-    OwnedTensor dO(dtype, {B, Tq, HQ, V}, Device::cuda), dlse(DType::f32, {B, Tq, HQ}, Device::cuda);
-    dO.poison(), dlse.poison();
-    flashgate::attention_forward_slice(args(dq, dk, dv, dgq, dgk, ds, dO, dlse), fgtest::on(Backend::cuda));
+    const SliceCase c = SliceCase::random(trial, rng);
+    SCOPED_TRACE(c.describe(trial));
+    const SliceCase::Inputs host = c.on(Device::cpu), dev = c.on(Device::cuda);
+    OwnedTensor o(c.dtype, {c.B, c.Tq, c.HQ, c.V}), lse(DType::f32, {c.B, c.Tq, c.HQ});
+    OwnedTensor dO(c.dtype, {c.B, c.Tq, c.HQ, c.V}, Device::cuda), dlse(DType::f32, {c.B, c.Tq, c.HQ}, Device::cuda);
+    o.poison(), lse.poison(), dO.poison(), dlse.poison();
+    flashgate::attention_forward_slice(c.forward(host, o, lse), fgtest::on(Backend::cpu));
+    flashgate::attention_forward_slice(c.forward(dev, dO, dlse), fgtest::on(Backend::cuda));
     flashgate::harness::device_synchronize();
     fgtest::expect_close("o", dO, o, 0.005);
     expect_same_lse(dlse, lse, 0.005);
+  }
+}
+
+TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
+  FLASHGATE_REQUIRE_GPU();
+  const uint64_t seed = flashgate::harness::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed) + " (FLASHGATE_SEED replays it)");
+  flashgate::harness::Rng rng(seed);
+  for (int trial = 0; trial < 30; ++trial) {
+    const SliceCase c = SliceCase::random(trial, rng);
+    SCOPED_TRACE(c.describe(trial));
+    const SliceCase::Inputs host = c.on(Device::cpu);
+    // The pair's own softmax as the rows' statistics: lse from its forward, D = rowsum(o * dout).
+    OwnedTensor o(c.dtype, {c.B, c.Tq, c.HQ, c.V}), lse(DType::f32, {c.B, c.Tq, c.HQ});
+    flashgate::attention_forward_slice(c.forward(host, o, lse), fgtest::on(Backend::cpu));
+    OwnedTensor dout(c.dtype, {c.B, c.Tq, c.HQ, c.V}), D(DType::f32, {c.B, c.Tq, c.HQ});
+    dout.fill_normal(rng);
+    {
+      const std::vector<double> ov = o.values(), dv = dout.values();
+      std::vector<double> d(static_cast<size_t>(c.B * c.Tq * c.HQ), 0.0);
+      for (size_t r = 0; r < d.size(); ++r)
+        for (int64_t x = 0; x < c.V; ++x) d[r] += ov[r * c.V + x] * dv[r * c.V + x];
+      D.set_values(d);
+    }
+    struct Grads {
+      OwnedTensor dq, dk, dv, dgq, dgk, dsink;
+    };
+    const auto grads = [&](Device dev) {
+      Grads g{OwnedTensor(c.dtype, {c.B, c.Tq, c.HQ, c.K}, dev), OwnedTensor(c.dtype, {c.B, c.Tk, c.H, c.K}, dev),
+              OwnedTensor(c.dtype, {c.B, c.Tk, c.H, c.V}, dev), OwnedTensor(), OwnedTensor(), OwnedTensor()};
+      if (c.gate)
+        g.dgq = OwnedTensor(DType::f32, {c.B, c.Tq, c.HQ}, dev), g.dgk = OwnedTensor(DType::f32, {c.B, c.Tk, c.HQ}, dev);
+      if (c.sink) g.dsink = OwnedTensor(DType::f32, {c.HQ}, dev);
+      for (OwnedTensor* t : {&g.dq, &g.dk, &g.dv, &g.dgq, &g.dgk, &g.dsink})
+        if (t->defined()) t->poison();
+      return g;
+    };
+    const auto run = [&](const SliceCase::Inputs& in, const OwnedTensor& dout_, const OwnedTensor& lse_,
+                         const OwnedTensor& D_, Grads& g, Backend backend) {
+      flashgate::SliceBackwardArgs a;
+      a.q = in.q.view(), a.k = in.k.view(), a.v = in.v.view(), a.dout = dout_.view(), a.lse = lse_.view();
+      a.D = D_.view();
+      a.dq = g.dq.view(), a.dk = g.dk.view(), a.dv = g.dv.view();
+      if (c.gate) a.gate_q = in.gate_q.view(), a.gate_k = in.gate_k.view(), a.dgate_q = g.dgq.view(), a.dgate_k = g.dgk.view();
+      if (c.sink) a.sink = in.s.view(), a.dsink = g.dsink.view();
+      a.q_start = c.q_start, a.k_start = c.k_start;
+      if (c.window >= 0) a.window = c.window;
+      flashgate::attention_backward_slice(a, fgtest::on(backend));
+    };
+    Grads want = grads(Device::cpu), got = grads(Device::cuda);
+    run(host, dout, lse, D, want, Backend::cpu);
+    run(c.on(Device::cuda), dout.to(Device::cuda), lse.to(Device::cuda), D.to(Device::cuda), got, Backend::cuda);
+    flashgate::harness::device_synchronize();
+    fgtest::expect_close("dq", got.dq, want.dq, 0.01);
+    fgtest::expect_close("dk", got.dk, want.dk, 0.01);
+    fgtest::expect_close("dv", got.dv, want.dv, 0.01);
+    if (c.gate) fgtest::expect_close("dgate_q", got.dgq, want.dgq, 0.01), fgtest::expect_close("dgate_k", got.dgk, want.dgk, 0.01);
+    if (c.sink) fgtest::expect_close("dsink", got.dsink, want.dsink, 0.01);
   }
 }
 

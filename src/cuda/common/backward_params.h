@@ -102,4 +102,21 @@ FG_HOST_DEVICE int64_t sink_part_index(const BackwardParams& p, int64_t hk, int6
 }
 FG_HOST_DEVICE int64_t sink_part_count(const BackwardParams& p) { return p.a.H * p.sink_part_tiles * p.a.group * 8; }
 
+// A slice pair's backward (attention_backward_slice): the tensors as given ([B,T,heads(,dim)] views; lse, D, the
+// cumulative gates and their gradients fp32), the rows shifted against the keys as in the forward
+// (AttentionParams::key_shift, its window), and a workspace row per query row for the sink's parts.
+struct SliceBackwardParams {
+  TokenHeadTensor q, k, v, dout, lse, D, gate_q, gate_k;
+  TokenHeadTensor dq, dk, dv, dgate_q, dgate_k;
+  const float* sink = nullptr;
+  float* dsink = nullptr;
+  float* dsink_rows = nullptr;  // [B][HQ][Tq] workspace: -exp(sink - lse) D per row
+  int64_t B = 0, Tq = 0, Tk = 0, HQ = 0, H = 0, group = 1;
+  int K = 0, V = 0;
+  int shift = 0, window = -1;
+  float scale = 0;
+  ElementType dtype = ElementType::bf16;
+  bool has_gate = false, has_sink = false;
+};
+
 }  // namespace flashgate::cuda::bwd

@@ -1,5 +1,6 @@
 #include "cuda/host/attention_params.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace flashgate::cuda {
@@ -69,6 +70,19 @@ AttentionParams make_attention_params(const ForwardArgs& a, const detail::Attent
   r.o_width = row_copy_width(a.o);
   r.lse = token_head_view(a.lse);
   r.has_lse = p.has_lse;
+  return r;
+}
+
+SlicePositions slice_positions(const detail::SliceProblem& p) {
+  int64_t shift = p.q_start - p.k_start, window = p.window;
+  if (shift > p.Tk) {
+    if (window >= 0) window = std::max<int64_t>(0, window - (shift - p.Tk));
+    shift = p.Tk;
+  }
+  shift = std::max(shift, -p.Tq);
+  SlicePositions r;
+  r.shift = static_cast<int>(shift);
+  r.window = (window < 0 || window > p.Tq - 1 + shift) ? -1 : static_cast<int>(window);
   return r;
 }
 

@@ -25,4 +25,13 @@ AttentionParams make_attention_params(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& sink, const Tensor& cu_seqlens,
                                       const detail::AttentionProblem& p);
 
+// A slice pair's rows against its keys in the kernels' 32-bit terms: row r at key position r + shift, and the
+// window (-1: none). Positions may reach 2^62: rows past every key see by the window alone, measured from
+// shift Tk; rows before every key see nothing at any shift below -Tq; a window longer than the largest distance
+// hides nothing.
+struct SlicePositions {
+  int shift = 0, window = -1;
+};
+SlicePositions slice_positions(const detail::SliceProblem& p);
+
 }  // namespace flashgate::cuda

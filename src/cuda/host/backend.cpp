@@ -54,9 +54,11 @@ class CudaBackend final : public BackendImpl {
   std::string cannot_run(const DecodeArgs& a, const DecodeProblem& p) const override { return refusal(a, p); }
   std::string cannot_run(const PagedArgs& a, const PagedProblem& p) const override { return refusal(a, p); }
   std::string cannot_run(const SliceForwardArgs& a, const SliceProblem& p) const override { return refusal(a, p); }
+  std::string cannot_run(const SliceBackwardArgs& a, const SliceProblem& p) const override { return refusal(a, p); }
 
   size_t workspace(const ForwardArgs& a, const AttentionProblem& p) const override { return host::workspace(a, p); }
   size_t workspace(const SliceForwardArgs& a, const SliceProblem& p) const override { return host::workspace(a, p); }
+  size_t workspace(const SliceBackwardArgs& a, const SliceProblem& p) const override { return host::workspace(a, p); }
   size_t workspace(const BackwardArgs& a, const AttentionProblem& p) const override { return host::workspace(a, p); }
   size_t workspace(const DecodeArgs& a, const DecodeProblem& p) const override { return host::workspace(a, p); }
   size_t workspace(const PagedArgs& a, const PagedProblem& p) const override { return host::workspace(a, p); }
@@ -66,6 +68,7 @@ class CudaBackend final : public BackendImpl {
   void run(const DecodeArgs& a, const DecodeProblem& p, const Launch& l) const override { host::run(a, p, l); }
   void run(const PagedArgs& a, const PagedProblem& p, const Launch& l) const override { host::run(a, p, l); }
   void run(const SliceForwardArgs& a, const SliceProblem& p, const Launch& l) const override { host::run(a, p, l); }
+  void run(const SliceBackwardArgs& a, const SliceProblem& p, const Launch& l) const override { host::run(a, p, l); }
 
   void* allocate_scratch(size_t bytes, CUstream_st* stream) const override {
     void* ptr = nullptr;

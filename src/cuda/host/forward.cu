@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <string>
 
 #include "cuda/common/cuda_check.h"
@@ -121,18 +120,9 @@ AttentionParams slice_params(const SliceForwardArgs& a, const detail::SliceProbl
   AttentionParams p = cuda::make_attention_params(a.q, a.k, a.v, Tensor{}, a.sink, Tensor{}, as_attention(sp));
   p.o = cuda::token_head_view(a.o), p.o_width = cuda::row_copy_width(a.o);
   p.lse = cuda::token_head_view(a.lse), p.has_lse = true;
-  // Positions may reach 2^62; the kernels take the rows' shift against the keys in 32 bits. Rows past every key
-  // see by the window alone, measured from shift Tk; rows before every key see nothing at any shift below -Tq.
-  int64_t shift = sp.q_start - sp.k_start, window = sp.window;
-  if (shift > sp.Tk) {
-    if (window >= 0) window = std::max<int64_t>(0, window - (shift - sp.Tk));
-    shift = sp.Tk;
-  }
-  shift = std::max(shift, -sp.Tq);
+  const cuda::SlicePositions at = cuda::slice_positions(sp);
   p.Tk = sp.Tk;
-  p.key_shift = static_cast<int>(shift);
-  // A window longer than the largest distance (the last row to key 0) hides nothing: "none", so kernels keep ints.
-  p.window = (window < 0 || window > sp.Tq - 1 + shift) ? -1 : static_cast<int>(window);
+  p.key_shift = at.shift, p.window = at.window;
   return p;
 }
 

@@ -21,7 +21,7 @@ std::string cannot_run(const BackwardArgs& a, const detail::AttentionProblem& p)
 size_t workspace(const BackwardArgs& a, const detail::AttentionProblem& p) { return backward_workspace(a, p); }
 void run(const BackwardArgs& a, const detail::AttentionProblem& p, const Launch& l) { launch_backward(a, p, l); }
 
-// ---- slice pairs: the forward's tiled kernels (forward.h); the slice backward runs on the cpu backend so far ------
+// ---- slice pairs: the forward's tiled kernels (forward.h); the backward in slice_backward.cpp -------------------
 std::string cannot_run(const SliceForwardArgs& a, const detail::SliceProblem& p) { return slice_forward_refusal(a, p); }
 size_t workspace(const SliceForwardArgs& a, const detail::SliceProblem& p) { return slice_forward_workspace(a, p); }
 void run(const SliceForwardArgs& a, const detail::SliceProblem& p, const Launch& l) { launch_slice_forward(a, p, l); }

@@ -1,4 +1,4 @@
-// Portable (sm80+) training kernels: attention forward and backward (SPEC §3-§4), and the forward of a slice pair.
+// Portable (sm80+) training kernels: attention forward and backward (SPEC §3-§4), and a slice pair's forward and backward.
 #pragma once
 
 #include <cstddef>
@@ -13,13 +13,16 @@ namespace flashgate::host {
 std::string cannot_run(const ForwardArgs&, const detail::AttentionProblem&);
 std::string cannot_run(const BackwardArgs&, const detail::AttentionProblem&);
 std::string cannot_run(const SliceForwardArgs&, const detail::SliceProblem&);
+std::string cannot_run(const SliceBackwardArgs&, const detail::SliceProblem&);  // slice_backward.cpp
 
 size_t workspace(const ForwardArgs&, const detail::AttentionProblem&);
 size_t workspace(const BackwardArgs&, const detail::AttentionProblem&);
 size_t workspace(const SliceForwardArgs&, const detail::SliceProblem&);
+size_t workspace(const SliceBackwardArgs&, const detail::SliceProblem&);
 
 void run(const ForwardArgs&, const detail::AttentionProblem&, const Launch&);
 void run(const BackwardArgs&, const detail::AttentionProblem&, const Launch&);
 void run(const SliceForwardArgs&, const detail::SliceProblem&, const Launch&);
+void run(const SliceBackwardArgs&, const detail::SliceProblem&, const Launch&);
 
 }  // namespace flashgate::host

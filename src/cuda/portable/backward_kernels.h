@@ -12,6 +12,8 @@ namespace flashgate::cuda::bwd {
 
 // ---- backward_simt.cu: the fp32 (and small-shared-memory) path; writes dq, dk, dv, E, mass and colsum.
 void launch_simt_backward(const BackwardParams& p, cudaStream_t stream);
+// The same path for a slice pair: dq, dk, dv, the cumulative gates' gradients and dsink (SliceBackwardParams).
+void launch_simt_slice_backward(const SliceBackwardParams& p, cudaStream_t stream);
 
 // ---- backward_dkdv_*.cu / backward_dq_*.cu: the MMA kernels, T = __half or __nv_bfloat16, kD = bucket.
 // `slices`: column slices over the grid (see TileConfig); `stages`: 1 or 2 buffers of the per-step tiles

@@ -2,7 +2,8 @@
 // tiles. Correct rather than fast: a warp per query row recomputes its visible scores one key at a time
 // (dq and E), a warp per key row does the same over the rows that see it, for every query head of its
 // group (dk, dv and the gate's column sums). Lanes own head-dim columns lane, lane+32, ...; every sum runs
-// in a fixed order, so the path is deterministic.
+// in a fixed order, so the path is deterministic. A slice pair's backward (context parallelism) runs here too, so far:
+// its rows shifted against its keys, lse and D given, the gates' gradients per position of each slice.
 #include <cmath>
 
 #include "cuda/common/cuda_check.h"
@@ -124,7 +125,113 @@ __global__ void __launch_bounds__(kThreads) simt_dkdv_kernel(BackwardParams p, i
   }
 }
 
+// ---- slice pairs ----------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float at(const TokenHeadTensor& t, int64_t b, int64_t i, int64_t h) {
+  return *t.row<const float>(b, i, h);
+}
+
+// One warp per (b, query head, i) row of the query slice: dq, the row's gate gradient sum_j dS and its sink part.
+template <class T>
+__global__ void __launch_bounds__(kThreads) slice_dq_kernel(SliceBackwardParams p, int64_t rows) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; r < rows; r += stride) {
+    const int64_t i = r % p.Tq, bh = r / p.Tq, h = bh % p.HQ, b = bh / p.HQ, hk = h / p.group;
+    float q[kCols], dout[kCols], dq[kCols] = {}, kr[kCols], vr[kCols];
+    float row_sum = 0.f;
+    const float lse = at(p.lse, b, i, h), d_row = at(p.D, b, i, h);
+    if (lse != -INFINITY) {
+      load_row(q, p.q.row<const T>(b, i, h), p.K);
+      load_row(dout, p.dout.row<const T>(b, i, h), p.V);
+      const float g_i = p.has_gate ? at(p.gate_q, b, i, h) : 0.f;
+      const KeySpan keys = keys_seen_by_rows(static_cast<int>(i), static_cast<int>(i) + 1, static_cast<int>(p.Tq),
+                                             p.window, p.shift, static_cast<int>(p.Tk));
+      for (int j = keys.begin; j < keys.end; ++j) {
+        const float s = dot_row(q, p.k.row<const T>(b, j, hk), kr, p.K) * p.scale +
+                        (p.has_gate ? g_i - at(p.gate_k, b, j, h) : 0.f);
+        const float pij = expf(s - lse);
+        const float ds = pij * (dot_row(dout, p.v.row<const T>(b, j, hk), vr, p.V) - d_row);
+        row_sum += ds;
+#pragma unroll
+        for (int m = 0; m < kCols; ++m) dq[m] += ds * kr[m];
+      }
+    }
+    store_row(p.dq.row<T>(b, i, h), dq, p.scale, p.K);
+    if (threadIdx.x % 32 == 0) {
+      if (p.has_gate) *p.dgate_q.row<float>(b, i, h) = row_sum;  // G_q[i] enters s[i, j] with +1
+      if (p.has_sink) p.dsink_rows[r] = lse != -INFINITY ? -expf(p.sink[h] - lse) * d_row : 0.f;
+    }
+  }
+}
+
+// One warp per (b, kv head, j) key of the key slice: dk, dv over the group's query heads, and per query head the
+// key's gate gradient -sum_i dS.
+template <class T>
+__global__ void __launch_bounds__(kThreads) slice_dkdv_kernel(SliceBackwardParams p, int64_t keys) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t w = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; w < keys; w += stride) {
+    const int64_t j = w % p.Tk, bh = w / p.Tk, hk = bh % p.H, b = bh / p.H;
+    float kr[kCols], vr[kCols], dk[kCols] = {}, dv[kCols] = {}, qr[kCols], dor[kCols];
+    load_row(kr, p.k.row<const T>(b, j, hk), p.K);
+    load_row(vr, p.v.row<const T>(b, j, hk), p.V);
+    // Rows i with 0 <= i + shift - j < window: from j - shift, up to the window or the slice's end.
+    const int64_t first = j - p.shift;
+    const int64_t end = p.window < 0 ? p.Tq : (first + p.window < p.Tq ? first + p.window : p.Tq);
+    for (int64_t h = hk * p.group; h < (hk + 1) * p.group; ++h) {
+      const float g_j = p.has_gate ? at(p.gate_k, b, j, h) : 0.f;
+      float col = 0.f;
+      for (int64_t i = first < 0 ? 0 : first; i < end; ++i) {
+        const float lse = at(p.lse, b, i, h);
+        if (lse == -INFINITY) continue;
+        const float s = dot_row(kr, p.q.row<const T>(b, i, h), qr, p.K) * p.scale +
+                        (p.has_gate ? at(p.gate_q, b, i, h) - g_j : 0.f);
+        const float pij = expf(s - lse);
+        const float ds = pij * (dot_row(vr, p.dout.row<const T>(b, i, h), dor, p.V) - at(p.D, b, i, h));
+        col += ds;
+#pragma unroll
+        for (int m = 0; m < kCols; ++m) {
+          dk[m] += ds * qr[m];
+          dv[m] += pij * dor[m];
+        }
+      }
+      if (p.has_gate && threadIdx.x % 32 == 0) *p.dgate_k.row<float>(b, j, h) = -col;  // G_k[j] enters with -1
+    }
+    store_row(p.dk.row<T>(b, j, hk), dk, p.scale, p.K);
+    store_row(p.dv.row<T>(b, j, hk), dv, 1.f, p.V);
+  }
+}
+
+// dsink[h]: its rows' parts over every batch entry, one block per head, in a fixed order.
+__global__ void __launch_bounds__(kThreads) slice_dsink_kernel(SliceBackwardParams p) {
+  __shared__ float scratch[kWarps];
+  const int64_t h = blockIdx.x;
+  float x = 0.f;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t i = threadIdx.x; i < p.Tq; i += kThreads) x += p.dsink_rows[(b * p.HQ + h) * p.Tq + i];
+  const float total = block_sum<kThreads>(x, scratch);
+  if (threadIdx.x == 0) p.dsink[h] = total;
+}
+
 }  // namespace
+
+void launch_simt_slice_backward(const SliceBackwardParams& p, cudaStream_t stream) {
+  const int64_t rows = p.B * p.HQ * p.Tq, keys = p.B * p.H * p.Tk;
+  with_element_type(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (rows > 0) {
+      slice_dq_kernel<T><<<grid_for(rows, kWarps), kThreads, 0, stream>>>(p, rows);
+      FLASHGATE_CHECK_LAUNCH("slice_dq_kernel");
+    }
+    if (keys > 0) {
+      slice_dkdv_kernel<T><<<grid_for(keys, kWarps), kThreads, 0, stream>>>(p, keys);
+      FLASHGATE_CHECK_LAUNCH("slice_dkdv_kernel");
+    }
+  });
+  if (p.has_sink && p.HQ > 0) {
+    slice_dsink_kernel<<<static_cast<unsigned>(p.HQ), kThreads, 0, stream>>>(p);
+    FLASHGATE_CHECK_LAUNCH("slice_dsink_kernel");
+  }
+}
 
 void launch_simt_backward(const BackwardParams& p, cudaStream_t stream) {
   const int64_t rows = p.a.B * p.a.HQ * p.a.T, keys = p.a.B * p.a.H * p.a.T;
