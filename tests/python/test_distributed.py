@@ -1,7 +1,9 @@
 """Context parallelism (flashgate.distributed) for real: 1, 2 and 4 processes on torch.distributed with gloo, both
 modes (all-gather, ring), the CPU backend. Each rank attends its zigzag shard of one sequence; its shard of o and
-of every gradient (q, k, v, g, sink) must match the single-process op on the whole sequence, in fp64. Every
-collective runs under a bounded timeout. Skips without torch (with gloo)."""
+of every gradient (q, k, v, g, sink) must match the single-process op on the whole sequence, in fp64. On a GPU,
+two processes share it through gloo with bf16 CUDA tensors (the cuda backend's slice ops), against the fp64
+reference by SPEC 7's relative RMS. Every collective runs under a bounded timeout. Skips without torch (with
+gloo)."""
 
 import contextlib
 import datetime
@@ -178,6 +180,55 @@ def test_shards_of_unequal_layout_raise_on_every_rank():
 def test_context_parallel_matches_the_whole_sequence(world, case, mode):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     mp.start_processes(run_rank, args=(world, free_port(), fresh_seed(), case, mode), nprocs=world, join=True,
+                       start_method="spawn")
+
+
+def run_rank_gpu(rank, world, port, seed, case, mode):
+    from flashgate import distributed as cp
+
+    import torch_reference as ref
+
+    with process_group(rank, world, port):
+        feats = CASES[case]
+        gen = torch.Generator().manual_seed(seed)  # the same whole-sequence inputs on every rank
+        B, T, HQ, H, K, V = 1, 256 * world, 4, 2, 64, 64
+        x = [torch.randn(*shape, generator=gen, dtype=torch.float64)
+             for shape in ((B, T, HQ, K), (B, T, H, K), (B, T, H, V), (B, T, HQ, V))]
+        q, k, v, do = (t.to(torch.bfloat16).double() for t in x)  # what bf16 inputs hold
+        g = torch.nn.functional.logsigmoid(torch.randn(B, T, HQ, generator=gen, dtype=torch.float64))
+        s = torch.randn(HQ, generator=gen, dtype=torch.float64)
+        g = g if feats.get("gate") else None
+        s = s if feats.get("sink") else None
+        window = feats.get("window")
+
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, g, s) if t is not None]
+        whole = ref.attention(leaves[0], leaves[1], leaves[2], g=leaves[3] if g is not None else None,
+                              sink=leaves[-1] if s is not None else None, window=window)
+        whole_grads = torch.autograd.grad(whole, leaves, do)
+
+        dev = torch.device("cuda")
+        local = [(cp.shard(t) if t.dim() > 1 else t).to(dev, torch.bfloat16 if t.dim() == 4 else torch.float32)
+                 .requires_grad_() for t in (q, k, v, g, s) if t is not None]
+        o = cp.context_parallel_attn(local[0], local[1], local[2], g=local[3] if g is not None else None,
+                                     sink_bias=local[-1] if s is not None else None, window_size=window, mode=mode)
+        grads = torch.autograd.grad(o, local, cp.shard(do).to(dev, torch.bfloat16))
+
+        def check(name, got, want, tol):
+            got, want = got.double().cpu(), want.double()
+            err = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+            assert err <= tol, f"rank {rank} of {world}, {mode}, {case}: {name} relative RMS {err:.3g} > {tol}"
+
+        check("o", o, cp.shard(whole.detach()), 0.005)
+        names = ["dq", "dk", "dv"] + (["dg"] if g is not None else []) + (["dsink"] if s is not None else [])
+        for name, got, want in zip(names, grads, whole_grads):
+            check(name, got, want if name == "dsink" else cp.shard(want), 0.005)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the GPU run of context parallelism skipped")
+@pytest.mark.parametrize("mode", ["allgather", "ring"])
+@pytest.mark.parametrize("case", ["plain", "gqa+gate", "sink", "window5+gate", "window1000"])
+def test_context_parallel_on_the_gpu(case, mode):
+    mp.start_processes(run_rank_gpu, args=(2, free_port(), fresh_seed(), case, mode), nprocs=2, join=True,
                        start_method="spawn")
 
 
