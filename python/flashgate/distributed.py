@@ -15,7 +15,8 @@ with one rank's K, V and G at a time passed to the next rank (point-to-point, un
 whole sequence's K and V do not fit; in the backward they travel with their gradient shares, which one more hop
 brings to their owner. Packed sequences (``cu_seqlens`` of the whole packed sequence, B = 1, all-gather mode) may
 span shards: the pairs are cut at sequence boundaries and the gate's cumulative sums restart at each sequence. The
-slice ops run on the cpu backend so far: GPU tensors are refused there.
+slice ops run on the cpu backend and, for fp16 / bf16 CUDA tensors, on the cuda backend (its slice backward on SIMT
+kernels: correct, not yet fast).
 """
 
 from typing import List, Optional, Tuple
@@ -81,6 +82,16 @@ def _peer(group, r: int) -> int:
     return dist.get_global_rank(group, r) if group is not None else r
 
 
+def _host_staged(group, x: Tensor) -> bool:
+    """Whether point-to-point transfers of `x` go through host copies: gloo moves host memory only (NCCL moves CUDA
+    tensors itself; gloo's collectives stage CUDA tensors on their own)."""
+    return x.device.type == "cuda" and dist.get_backend(group) == "gloo"
+
+
+def _outgoing(t: Tensor, staged: bool) -> Tensor:
+    return t.contiguous().cpu() if staged else t.contiguous()
+
+
 class _Fetch:
     """Mode "allgather" under a window: each rank takes only the key chunks its query chunks reach, from their
     owners by point-to-point transfers, and in the backward hands the gradient shares of those chunks back to their
@@ -99,34 +110,37 @@ class _Fetch:
         """Starts the transfers of the chunks this rank reads (`own`: its two by number): the list of all 2W
         (None where it reads none; filled once the returned requests are waited for) and the requests."""
         world, rank = self.world, self.rank
+        staged = _host_staged(self.group, own[rank])
         out: List[Optional[Tensor]] = [None] * (2 * world)
-        ops = [dist.P2POp(dist.isend, own[b], _peer(self.group, r), self.group) for r, b in self._readers()]
+        ops = [dist.P2POp(dist.isend, _outgoing(own[b], staged), _peer(self.group, r), self.group)
+               for r, b in self._readers()]
         for b in self.needed[rank]:
             src = _owner(b, world)
             if src == rank:
                 out[b] = own[b]
             else:
-                out[b] = torch.empty_like(own[rank])
+                out[b] = torch.empty_like(own[rank], device="cpu" if staged else own[rank].device)
                 ops.append(dist.P2POp(dist.irecv, out[b], _peer(self.group, src), self.group))
         return out, dist.batch_isend_irecv(ops) if ops else []
 
     def return_shares(self, shares: List[Optional[Tensor]]) -> Tensor:
         """This rank's shard of the sums of every rank's shares of its chunks (own share first, then by rank)."""
         world, rank = self.world, self.rank
+        staged = _host_staged(self.group, next(x for x in shares if x is not None))
         ops, incoming = [], []
         for b in self.needed[rank]:
             dst = _owner(b, world)
             if dst != rank:
-                ops.append(dist.P2POp(dist.isend, shares[b].contiguous(), _peer(self.group, dst), self.group))
+                ops.append(dist.P2POp(dist.isend, _outgoing(shares[b], staged), _peer(self.group, dst), self.group))
         for r, b in self._readers():
-            buf = torch.empty_like(shares[b])
+            buf = torch.empty_like(shares[b], device="cpu" if staged else shares[b].device)
             ops.append(dist.P2POp(dist.irecv, buf, _peer(self.group, r), self.group))
             incoming.append((b, buf))
         for req in dist.batch_isend_irecv(ops) if ops else []:
             req.wait()
         totals = {b: shares[b].clone() for b in _chunks_of(rank, world)}
         for b, buf in incoming:
-            totals[b] += buf
+            totals[b] += buf.to(totals[b].device)
         return torch.cat([totals[b] for b in _chunks_of(rank, world)], dim=1)
 
 
@@ -148,6 +162,8 @@ class _Arriving:
             req.wait()
         if self.chunks is None:
             self.chunks = _zigzag_chunks(self.gathered)
+        device = next(iter(self.own.values())).device  # chunks received through host copies come back
+        self.chunks = [c if c is None or c.device == device else c.to(device) for c in self.chunks]
         return self.chunks
 
 
@@ -240,17 +256,19 @@ class _Ring:
         self.recv_from = dist.get_global_rank(group, (rank - 1) % world) if group is not None else (rank - 1) % world
 
     def start(self, tensors: List[Tensor]):
-        received = [torch.empty_like(t) for t in tensors]
-        ops = [dist.isend(t.contiguous(), self.send_to, group=self.group) for t in tensors]
+        device = tensors[0].device
+        outgoing = [_outgoing(t, _host_staged(self.group, t)) for t in tensors]
+        received = [torch.empty_like(t) for t in outgoing]
+        ops = [dist.isend(t, self.send_to, group=self.group) for t in outgoing]
         ops += [dist.irecv(r, self.recv_from, group=self.group) for r in received]
-        return ops, received
+        return ops, received, device
 
     @staticmethod
     def finish(pending):
-        ops, received = pending
+        ops, received, device = pending
         for op in ops:
             op.wait()
-        return received
+        return [r.to(device) for r in received]
 
 
 class _RingAttn(torch.autograd.Function):
