@@ -2,7 +2,8 @@
 // their own global positions, before, across and after each other, positions near 2^40 too) with and without gate,
 // sink, window and GQA, fp16 and bf16, against the cpu backend's slice ops on the same inputs. Forward: o within
 // SPEC §7's relative RMS, lse the same (-inf exactly where a row sees nothing). Backward (given the pair's own lse
-// and D = rowsum(o * dout)): dq, dk, dv, the cumulative gates' gradients and dsink. Outputs start poisoned.
+// and D = rowsum(o * dout); windows of 1 forward only): dq, dk, dv, the cumulative gates' gradients and dsink.
+// Outputs start poisoned.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -149,7 +150,11 @@ TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FLASHGATE_SEED replays it)");
   flashgate::harness::Rng rng(seed);
   for (int trial = 0; trial < 30; ++trial) {
-    const SliceCase c = SliceCase::random(trial, rng);
+    SliceCase c = SliceCase::random(trial, rng);
+    // A window of 1 leaves each row one key, whose dS = P (dP - D) is the rounding of the given D against this
+    // kernel's fp32 dP: SPEC 7's peaked rows, which a given D cannot meet (the portable backward's round(o)·do
+    // neither); the forward test covers them.
+    if (c.window == 1) c.window = 2;
     SCOPED_TRACE(c.describe(trial));
     const SliceCase::Inputs host = c.on(Device::cpu);
     // The pair's own softmax as the rows' statistics: lse from its forward, D = rowsum(o * dout).

@@ -202,8 +202,8 @@ def run_rank_gpu(rank, world, port, seed, case, mode):
         window = feats.get("window")
 
         leaves = [t.clone().requires_grad_() for t in (q, k, v, g, s) if t is not None]
-        whole = ref.attention(leaves[0], leaves[1], leaves[2], g=leaves[3] if g is not None else None,
-                              sink=leaves[-1] if s is not None else None, window=window)
+        whole, _ = ref.attention(leaves[0], leaves[1], leaves[2], g=leaves[3] if g is not None else None,
+                                 sink=leaves[-1] if s is not None else None, window=window)
         whole_grads = torch.autograd.grad(whole, leaves, do)
 
         dev = torch.device("cuda")
