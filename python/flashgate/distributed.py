@@ -13,8 +13,9 @@ the ranks (all-reduce), and makes dg by suffix sums over the whole sequence. The
 a query chunk attends. Mode ``"ring"``: the same pairs,
 with one rank's K, V and G at a time passed to the next rank (point-to-point, under the step's compute), for when the
 whole sequence's K and V do not fit; in the backward they travel with their gradient shares, which one more hop
-brings to their owner. Packed sequences (``cu_seqlens`` of the whole packed sequence, B = 1, all-gather mode) may
-span shards: the pairs are cut at sequence boundaries and the gate's cumulative sums restart at each sequence. The
+brings to their owner. Packed sequences (``cu_seqlens`` of the whole packed sequence, B = 1, either mode) may span
+shards: the pairs are cut at sequence boundaries (all-gather mode also restarts the gate's cumulative sums at each
+sequence; the ring's run over the whole packed sequence, whose differences inside one sequence are the same). The
 slice ops run on the cpu backend and, for fp16 / bf16 CUDA tensors, on the cuda backend (its slice backward on SIMT
 kernels: correct, not yet fast).
 """
@@ -209,14 +210,6 @@ def _slice_backward(q, k, v, do, lse, D, gate_q, gate_k, sink, q_start, k_start,
     return dq, dk, dv, dgq, dgk, dsink
 
 
-def _key_chunks(a: int, c: int, window: Optional[int]) -> List[int]:
-    """The key chunks query chunk `a` (chunks of c tokens) sees: those up to it that reach into its rows' window.
-    The first of them carries the sink for every row of the chunk, so one is kept even where none is seen."""
-    first_key = a * c - window + 1 if window is not None else 0
-    seen = [b for b in range(a + 1) if (b + 1) * c - 1 >= first_key]
-    return seen or [a]
-
-
 def _merge_into(o_acc: Tensor, lse_acc: Tensor, rows: slice, o: Tensor, lse: Tensor):
     """The LSE rule for one part covering `rows` of the accumulators (in place; rows that see nothing stay 0)."""
     old = lse_acc[:, rows]
@@ -271,12 +264,28 @@ class _Ring:
         return [r.to(device) for r in received]
 
 
+def _held_pairs(mine: List[int], c: int, bounds: List[int], window: Optional[int], holder: int, world: int):
+    """The slice pairs of this rank's query chunks (_sequence_parts) with the key chunks rank `holder` holds: (local
+    rows, held keys, j, rows, keys), with the rows in this rank's shard and the keys in the holder's."""
+    held = _chunks_of(holder, world)
+    for i, a in enumerate(mine):
+        for seq_parts in _sequence_parts(a, c, bounds, window):
+            for j, (_, rows, b, keys) in enumerate(seq_parts):
+                if b in held:
+                    h = held.index(b)
+                    yield (slice(i * c + rows.start - a * c, i * c + rows.stop - a * c),
+                           slice(h * c + keys.start - b * c, h * c + keys.stop - b * c), j, rows, keys)
+
+
 class _RingAttn(torch.autograd.Function):
     """Mode "ring": the key chunks of one rank at a time, passed around the ring (forward: K, V, G; backward: K, V, G
-    with their gradient shares, which end at their owner)."""
+    with their gradient shares, which end at their owner). Pairs are cut at the sequence boundaries `bounds` like the
+    all-gather mode's; the cumulative gate runs over the whole (packed) sequence, whose differences inside one
+    sequence are the sequence's own, and the suffix sums of its gradient need no restart either: a sequence's dG sums
+    to 0 (every dS enters one row and one key of it with opposite signs)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, g, sink, scale, window, group, backend):
+    def forward(ctx, q, k, v, g, sink, scale, window, group, backend, bounds):
         world, rank = _world(group)
         c = q.shape[1] // 2
         mine = _chunks_of(rank, world)
@@ -287,18 +296,13 @@ class _RingAttn(torch.autograd.Function):
 
         def attend(holder: int, kh: Tensor, vh: Tensor, Gh: Optional[Tensor]):
             """Every local query chunk against the key chunks of rank `holder` (its shards kh, vh, Gh) it sees."""
-            for j, b in enumerate(_chunks_of(holder, world)):
-                for i, a in enumerate(mine):
-                    seen = _key_chunks(a, c, window)
-                    if b not in seen:
-                        continue
-                    rows = slice(i * c, (i + 1) * c)
-                    o, lse = _slice_forward(
-                        q[:, rows].contiguous(), kh[:, j * c:(j + 1) * c].contiguous(),
-                        vh[:, j * c:(j + 1) * c].contiguous(), G[:, rows].contiguous() if G is not None else None,
-                        Gh[:, j * c:(j + 1) * c].contiguous() if Gh is not None else None,
-                        sink if b == seen[0] else None, a * c, b * c, scale, window, backend)
-                    _merge_into(o_acc, lse_acc, rows, o, lse)
+            for local, kl, j, rows, keys in _held_pairs(mine, c, bounds, window, holder, world):
+                o, lse = _slice_forward(
+                    q[:, local].contiguous(), kh[:, kl].contiguous(), vh[:, kl].contiguous(),
+                    G[:, local].contiguous() if G is not None else None,
+                    Gh[:, kl].contiguous() if Gh is not None else None,
+                    sink if j == 0 else None, rows.start, keys.start, scale, window, backend)
+                _merge_into(o_acc, lse_acc, local, o, lse)
 
         ring, held, holder = _Ring(group, world, rank), [k, v] + ([G] if G is not None else []), rank
         for step in range(world):
@@ -308,7 +312,7 @@ class _RingAttn(torch.autograd.Function):
                 held, holder = _Ring.finish(pending), (holder - 1) % world
         o, lse = o_acc.to(q.dtype), lse_acc
         ctx.save_for_backward(q, k, v, o, lse, G, sink)
-        ctx.layout = (world, rank, c, g.dtype if g is not None else None)
+        ctx.layout = (world, rank, c, g.dtype if g is not None else None, bounds)
         ctx.scale, ctx.window, ctx.group, ctx.backend = scale, window, group, backend
         ctx.mark_non_differentiable(lse)
         return o, lse
@@ -316,7 +320,7 @@ class _RingAttn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, dlse):
         del dlse
-        world, rank, c, g_dtype = ctx.layout
+        world, rank, c, g_dtype, bounds = ctx.layout
         q, k, v, o, lse, G, sink = ctx.saved_tensors
         gated = G is not None
         mine = _chunks_of(rank, world)
@@ -331,26 +335,20 @@ class _RingAttn(torch.autograd.Function):
             """This rank's query chunks' shares against the key chunks of rank `holder`, added into the holder's
             gradient accumulators (and into dq, dGq, dsink)."""
             nonlocal dsink
-            for j, b in enumerate(_chunks_of(holder, world)):
-                keys = slice(j * c, (j + 1) * c)
-                for i, a in enumerate(mine):
-                    seen = _key_chunks(a, c, ctx.window)
-                    if b not in seen:
-                        continue
-                    rows = slice(i * c, (i + 1) * c)
-                    sq, sk, sv, sgq, sgk, ss = _slice_backward(
-                        q[:, rows].contiguous(), kh[:, keys].contiguous(), vh[:, keys].contiguous(),
-                        do[:, rows].contiguous(), lse[:, rows].contiguous(), D[:, rows].contiguous(),
-                        G[:, rows].contiguous() if gated else None, Gh[:, keys].contiguous() if gated else None,
-                        sink if b == seen[0] else None, a * c, b * c, ctx.scale, ctx.window, ctx.backend)
-                    dq[:, rows] += sq.to(fp)
-                    dk_acc[:, keys] += sk.to(fp)
-                    dv_acc[:, keys] += sv.to(fp)
-                    if gated:
-                        dGq[:, rows] += sgq
-                        dG_acc[:, keys] += sgk
-                    if ss is not None:
-                        dsink += ss
+            for local, kl, j, rows, keys in _held_pairs(mine, c, bounds, ctx.window, holder, world):
+                sq, sk, sv, sgq, sgk, ss = _slice_backward(
+                    q[:, local].contiguous(), kh[:, kl].contiguous(), vh[:, kl].contiguous(),
+                    do[:, local].contiguous(), lse[:, local].contiguous(), D[:, local].contiguous(),
+                    G[:, local].contiguous() if gated else None, Gh[:, kl].contiguous() if gated else None,
+                    sink if j == 0 else None, rows.start, keys.start, ctx.scale, ctx.window, ctx.backend)
+                dq[:, local] += sq.to(fp)
+                dk_acc[:, kl] += sk.to(fp)
+                dv_acc[:, kl] += sv.to(fp)
+                if gated:
+                    dGq[:, local] += sgq
+                    dG_acc[:, kl] += sgk
+                if ss is not None:
+                    dsink += ss
 
         # K, V, G of one rank travel with their gradient shares; after the last step the shares take one more hop,
         # which brings every rank's own back to it.
@@ -368,7 +366,7 @@ class _RingAttn(torch.autograd.Function):
         dg = _suffix_sums(dGq + own[2], c, mine, ctx.group, world).to(g_dtype) if gated else None
         if dsink is not None:
             dist.all_reduce(dsink, group=ctx.group)
-        return dq.to(q.dtype), dk, dv, dg, dsink, None, None, None, None
+        return dq.to(q.dtype), dk, dv, dg, dsink, None, None, None, None, None
 
 
 def _segmented(x: Tensor, bounds: List[int], reverse: bool) -> Tensor:
@@ -539,9 +537,9 @@ def context_parallel_attn(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] =
     sink_bias. Every rank must call it with the same shapes and options."""
     if mode not in ("allgather", "ring"):
         raise ValueError(f"flashgate.distributed.context_parallel_attn: mode: 'allgather' or 'ring', got {mode!r}")
-    if cu_seqlens is not None and (mode != "allgather" or q.shape[0] != 1):
-        raise NotImplementedError("flashgate.distributed.context_parallel_attn: cu_seqlens: packed sequences take "
-                                  f"mode 'allgather' and B == 1, got mode {mode!r} and B={q.shape[0]}")
+    if cu_seqlens is not None and q.shape[0] != 1:
+        raise ValueError("flashgate.distributed.context_parallel_attn: cu_seqlens: packed sequences take B == 1, got "
+                         f"B={q.shape[0]}")
     if q.shape[1] % 2:
         raise ValueError(f"flashgate.distributed.context_parallel_attn: q: a zigzag shard holds two equal chunks, "
                          f"got {q.shape[1]} tokens")
@@ -552,14 +550,12 @@ def context_parallel_attn(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] =
     _same_on_every_rank(q, k, v, g, sink_bias, window_size, scale, group)
     if sink_bias is not None and sink_bias.dtype != _companion_dtype(q.dtype):
         sink_bias = sink_bias.to(_companion_dtype(q.dtype))
-    if mode == "ring":
-        o, _ = _RingAttn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend)
-        return o
     bounds = [0, q.shape[1] * world]  # dense: each batch row one sequence
     if cu_seqlens is not None:
         bounds = [int(x) for x in cu_seqlens.tolist()]
         if bounds[0] != 0 or bounds[-1] != q.shape[1] * world or any(x > y for x, y in zip(bounds, bounds[1:])):
             raise ValueError("flashgate.distributed.context_parallel_attn: cu_seqlens: must rise from 0 to the whole "
                              f"packed length {q.shape[1] * world}, got {bounds}")
-    o, _ = _AllGatherAttn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend, bounds)
+    attn = _RingAttn if mode == "ring" else _AllGatherAttn
+    o, _ = attn.apply(q, k, v, g, sink_bias, scale, window_size, group, backend, bounds)
     return o

@@ -91,7 +91,7 @@ def run_rank(rank, world, port, seed, case, mode):
             check(name, got, want if name == "dsink" else cp.shard(want))
 
 
-def run_packed(rank, world, port, seed, case):
+def run_packed(rank, world, port, seed, case, mode):
     import flashgate
     from flashgate import distributed as cp
 
@@ -120,19 +120,21 @@ def run_packed(rank, world, port, seed, case):
                  for t in (q, k, v, g, s) if t is not None]
         o = cp.context_parallel_attn(local[0], local[1], local[2], g=local[3] if g is not None else None,
                                      sink_bias=local[-1] if s is not None else None, window_size=window,
-                                     cu_seqlens=cu)
+                                     cu_seqlens=cu, mode=mode)
         grads = torch.autograd.grad(o, local, cp.shard(do))
         names = ["o", "dq", "dk", "dv"] + (["dg"] if g is not None else []) + (["dsink"] if s is not None else [])
         wants = [cp.shard(whole.detach())] + [w if n == "dsink" else cp.shard(w) for n, w in zip(names[1:], whole_grads)]
         for name, got, want in zip(names, [o] + list(grads), wants):
             err = (got - want).abs().max().item() / max(1.0, want.abs().max().item())
-            assert err < 1e-10, f"rank {rank} of {world}, packed {cu.tolist()}, {case}: {name} differs by {err:.3g}"
+            assert err < 1e-10, (f"rank {rank} of {world}, {mode}, packed {cu.tolist()}, {case}: {name} differs by "
+                                 f"{err:.3g}")
 
 
+@pytest.mark.parametrize("mode", ["allgather", "ring"])
 @pytest.mark.parametrize("world", [1, 2, 4])
 @pytest.mark.parametrize("case", list(CASES))
-def test_packed_sequences_across_shards(world, case):
-    mp.start_processes(run_packed, args=(world, free_port(), fresh_seed(), case), nprocs=world, join=True,
+def test_packed_sequences_across_shards(world, case, mode):
+    mp.start_processes(run_packed, args=(world, free_port(), fresh_seed(), case, mode), nprocs=world, join=True,
                        start_method="spawn")
 
 
@@ -247,7 +249,7 @@ def test_world_size_one_is_the_op_itself(monkeypatch):
         gen = torch.Generator().manual_seed(fresh_seed())
         T, HQ, H, K, V = 24, 4, 2, 16, 8
         cu = torch.tensor([0, 5, 5, 24], dtype=torch.int32)
-        for mode, packed in (("allgather", False), ("ring", False), ("allgather", True)):
+        for mode, packed in (("allgather", False), ("ring", False), ("allgather", True), ("ring", True)):
             B = 1 if packed else 2
             q, k = torch.randn(B, T, HQ, K, generator=gen), torch.randn(B, T, H, K, generator=gen)
             v, do = torch.randn(B, T, H, V, generator=gen), torch.randn(B, T, HQ, V, generator=gen)
