@@ -73,6 +73,13 @@ AttentionParams make_attention_params(const ForwardArgs& a, const detail::Attent
   return r;
 }
 
+std::string slice_refusal(const Tensor& q, const detail::SliceProblem& p) {
+  if (q.dtype != DType::f16 && q.dtype != DType::bf16) return "slices take fp16 or bf16 here (fp32: cpu backend)";
+  const int64_t limit = int64_t{1} << 30;
+  if (p.Tq >= limit || p.Tk >= limit) return "slices of 2^30 tokens or more are not supported";
+  return "";
+}
+
 SlicePositions slice_positions(const detail::SliceProblem& p) {
   int64_t shift = p.q_start - p.k_start, window = p.window;
   if (shift > p.Tk) {

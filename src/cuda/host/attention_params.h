@@ -1,6 +1,8 @@
 // Checked arguments -> the kernels' plain params (common/attention_params.h), and the dtype map.
 #pragma once
 
+#include <string>
+
 #include "api/problem.h"
 #include "cuda/common/attention_params.h"
 #include "cuda/common/element_type.h"
@@ -33,5 +35,8 @@ struct SlicePositions {
   int shift = 0, window = -1;
 };
 SlicePositions slice_positions(const detail::SliceProblem& p);
+// What the cuda backend's slice kernels (forward and backward) cannot take, "" when they can: fp16 / bf16 only, and
+// slices below 2^30 tokens (a row's key position, row + shift with |shift| <= Tq + Tk, stays 32-bit).
+std::string slice_refusal(const Tensor& q, const detail::SliceProblem& p);
 
 }  // namespace flashgate::cuda

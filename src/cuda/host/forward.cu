@@ -142,10 +142,8 @@ SliceScratch carve_slice(const detail::SliceProblem& sp, void* base) {
 }  // namespace
 
 std::string slice_forward_refusal(const SliceForwardArgs& a, const detail::SliceProblem& sp) {
-  if (a.q.dtype != DType::f16 && a.q.dtype != DType::bf16) return "slices take fp16 or bf16 here (fp32: cpu backend)";
-  // Positions are 32-bit in the kernels: a row's key position (row + shift, |shift| <= Tq + Tk) stays below 2^31.
-  const int64_t limit = int64_t{1} << 30;
-  if (sp.Tq >= limit || sp.Tk >= limit) return "slices of 2^30 tokens or more are not supported";
+  const std::string why = cuda::slice_refusal(a.q, sp);
+  if (!why.empty()) return why;
   for (const Tensor* t : {&a.q, &a.k, &a.v, &a.o})
     if (cuda::row_copy_width(*t) < 16) return "slices need q, k, v and o rows on 16-byte boundaries";
   if (!plan_forward(slice_params(a, sp)).tiled) return "this GPU's shared memory cannot hold the slice's tiles";

@@ -44,10 +44,7 @@ size_t carve(const detail::SliceProblem& sp, void* base, cuda::bwd::SliceBackwar
 }  // namespace
 
 std::string cannot_run(const SliceBackwardArgs& a, const detail::SliceProblem& p) {
-  if (a.q.dtype != DType::f16 && a.q.dtype != DType::bf16) return "slices take fp16 or bf16 here (fp32: cpu backend)";
-  const int64_t limit = int64_t{1} << 30;  // positions are 32-bit in the kernels (slice_positions)
-  if (p.Tq >= limit || p.Tk >= limit) return "slices of 2^30 tokens or more are not supported";
-  return "";
+  return cuda::slice_refusal(a.q, p);
 }
 
 size_t workspace(const SliceBackwardArgs&, const detail::SliceProblem& p) { return carve(p, nullptr, nullptr); }
