@@ -124,6 +124,33 @@ struct SliceCase {
   }
 };
 
+// o within SPEC 7, except rows whose keys hold less than 2^-127 of the mass against the sink (a long gate decay
+// between far-apart slices): every weight of theirs is below fp32's normal range, which the fp32 softmax flushes, so
+// they only have to stay tiny (their o is below 2^-100 relative to v; merged, their slice weighs nothing).
+void expect_o_close(const SliceCase& c, const SliceCase::Inputs& host, const OwnedTensor& o_cpu,
+                    const OwnedTensor& lse_cpu, const OwnedTensor& o_gpu) {
+  std::vector<bool> beyond_fp32(static_cast<size_t>(c.B * c.Tq * c.HQ), false);
+  if (c.sink) {
+    OwnedTensor o_keys(c.dtype, {c.B, c.Tq, c.HQ, c.V}), lse_keys(DType::f32, {c.B, c.Tq, c.HQ});
+    flashgate::SliceForwardArgs keys_alone = c.forward(host, o_keys, lse_keys);
+    keys_alone.sink = flashgate::Tensor();
+    flashgate::attention_forward_slice(keys_alone, fgtest::on(Backend::cpu));
+    const std::vector<double> with = lse_cpu.values(), keys = lse_keys.values();
+    for (size_t r = 0; r < beyond_fp32.size(); ++r) beyond_fp32[r] = keys[r] - with[r] < -127.0 * std::log(2.0);
+  }
+  const std::vector<double> got = o_gpu.values(), want = o_cpu.values();
+  std::vector<double> g, w;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!beyond_fp32[i / static_cast<size_t>(c.V)]) {
+      g.push_back(got[i]), w.push_back(want[i]);
+    } else {
+      EXPECT_LE(std::abs(got[i]), 1e-30) << "o element " << i << " of a row below fp32's range";
+    }
+  }
+  EXPECT_TRUE(flashgate::harness::no_nan(got)) << "o has NaN";
+  if (!w.empty()) EXPECT_LE(flashgate::harness::relative_rms(g, w), 0.005) << "o";
+}
+
 TEST(SliceForwardCuda, MatchesTheCpuSlice) {
   FLASHGATE_REQUIRE_GPU();
   const uint64_t seed = flashgate::harness::fresh_seed();
@@ -139,7 +166,7 @@ TEST(SliceForwardCuda, MatchesTheCpuSlice) {
     flashgate::attention_forward_slice(c.forward(host, o, lse), fgtest::on(Backend::cpu));
     flashgate::attention_forward_slice(c.forward(dev, dO, dlse), fgtest::on(Backend::cuda));
     flashgate::harness::device_synchronize();
-    fgtest::expect_close("o", dO, o, 0.005);
+    expect_o_close(c, host, o, lse, dO);
     expect_same_lse(dlse, lse, 0.005);
   }
 }
