@@ -23,6 +23,7 @@
 
 #include "cuda/common/backward_params.h"
 #include "cuda/common/cuda_check.h"
+#include "cuda/common/element.h"
 #include "cuda/common/online_softmax.h"
 #include "cuda/common/sequence.h"
 #include "cuda/common/tile_scheduler.h"
@@ -247,10 +248,11 @@ __device__ __forceinline__ void produce(const DkdvParams& p, const Buf& buf, con
   }
 }
 
-// A producer warp stages each step's row terms: the row offset r = (lse - Gc) log2 e, so that P = exp2(s scale
-// log2 e - r - Gc_key log2 e) (+inf where the row takes no probability: past the sequence, or a row that sees no
-// key), D, and with kSinkWeights and p.sink_parts the sink's share exp(sink - lse) (0 where the row takes none).
-template <class Buf, bool kSinkWeights = false>
+// A producer warp stages each step's row terms: the row offset r = (lse - Gc) log2 e - log2 kPScale, so that P =
+// kPScale exp2(s scale log2 e - r - Gc_key log2 e) (element.h; +inf where the row takes no probability: past the
+// sequence, or a row that sees no key), D / kPScale, and with kSinkWeights and p.sink_parts the sink's share
+// exp(sink - lse) (0 where the row takes none).
+template <class T, class Buf, bool kSinkWeights = false>
 __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                             uint32_t step) {
   using Tile = typename Buf::Tile;
@@ -266,8 +268,8 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
     for (int r = lane; r < Tile::BM; r += 32) {
       const int i = st.i0 + r;
       const float lse = i < w.seq.len ? p.lse[base + i] : -INFINITY;
-      dst[r] = lse == -INFINITY ? INFINITY : (lse - (gc ? gc[i] : 0.f)) * kLog2e;
-      dst[Tile::BM + r] = i < w.seq.len ? p.D[base + i] : 0.f;
+      dst[r] = lse == -INFINITY ? INFINITY : (lse - (gc ? gc[i] : 0.f)) * kLog2e - kLog2PScale<T>;
+      dst[Tile::BM + r] = i < w.seq.len ? p.D[base + i] * kInvPScale<T> : 0.f;
       if constexpr (kSinkWeights)
         if (p.sink_parts) dst[2 * Tile::BM + r] = lse == -INFINITY ? 0.f : expf(sink - lse);
     }
@@ -347,7 +349,9 @@ class Consumer {
     }
   }
 
-  // dS^T = P^T (dP^T - D), with P^T and dS^T packed into the A operands pt and dst as they are made.
+  // dS^T = P^T (dP^T - D), with P^T and dS^T packed into the A operands pt and dst as they are made (P^T carries
+  // kPScale, the staged D its inverse: dS^T = P^T (dP^T / kPScale - D / kPScale); E and the mass are scaled back
+  // where they are stored).
   // kRowSums: the warp's parts of E (sum_keys P dP) and the mass (sum_keys P) of each query go to `partials`
   // ([E | mass][8 warps][BM]), and the key rows' sums of dS^T are added to colsum_ (the gate's column sums).
   // Else with p.sink_parts: sum_queries exp(sink - lse) sum_keys P dP is added to sink_sum_ (dsink's part).
@@ -361,7 +365,7 @@ class Consumer {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float pr = s[4 * j + e], dpv = dp[4 * j + e];
-        ds[e] = pr * (dpv - ((e & 1) ? d.y : d.x));
+        ds[e] = pr * scaled_dp_minus_d<T>(dpv, (e & 1) ? d.y : d.x);
         if constexpr (kRowSums) {
           sums[e & 1] += pr * dpv;
           sums[2 + (e & 1)] += pr;
@@ -401,6 +405,7 @@ class Consumer {
     float e = 0.f, mass = 0.f;
 #pragma unroll
     for (int w = 0; w < 8; ++w) e += partials[w * BM + t], mass += partials[(8 + w) * BM + t];
+    e *= kInvPScale<T>, mass *= kInvPScale<T>;
     const int64_t row = p_.row_index(w_.seq.batch, h, w_.seq.start) + i0 + t;
     atomicAdd(p_.E + row, e);
     if (p_.a.has_gate) atomicAdd(p_.mass + row, mass);
@@ -409,7 +414,7 @@ class Consumer {
   // With p.sink_parts (and no row sums): at the end of query head h's steps, the warp's part of dsink's sum.
   __device__ __forceinline__ void store_sink_part(int64_t h) {
     if constexpr (kSinkParts) {
-      const float v = warp_sum(sink_sum_);
+      const float v = warp_sum(sink_sum_) * kInvPScale<T>;
       sink_sum_ = 0.f;
       if (lane_ == 0) p_.sink_parts[bwd::sink_part_index(p_, w_.hk, w_.order, h, 4 * me_ + warp_)] = v;
     }
@@ -514,7 +519,8 @@ class Consumer {
           *reinterpret_cast<uint32_t*>(dk + 8 * j) =
               ptx::pack2<T>(dk_[4 * j + 2 * half] * a.scale, dk_[4 * j + 2 * half + 1] * a.scale);
         if (8 * j < a.V)
-          *reinterpret_cast<uint32_t*>(dv + 8 * j) = ptx::pack2<T>(dv_[4 * j + 2 * half], dv_[4 * j + 2 * half + 1]);
+          *reinterpret_cast<uint32_t*>(dv + 8 * j) = ptx::pack2<T>(dv_[4 * j + 2 * half] * kInvPScale<T>,
+                                                                    dv_[4 * j + 2 * half + 1] * kInvPScale<T>);
       }
     }
   }
@@ -583,7 +589,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         if (item < 0) break;
         const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
         if (!w.valid || w.steps == 0) continue;
-        bwd_detail::stage_terms<Buffers, bwd_detail::Consumer<T, kD, kRowSums>::kSinkParts>(p.b, buf, w, step);
+        bwd_detail::stage_terms<T, Buffers, bwd_detail::Consumer<T, kD, kRowSums>::kSinkParts>(p.b, buf, w, step);
         step += w.steps;
       }
     }

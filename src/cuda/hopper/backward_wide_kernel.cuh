@@ -277,9 +277,10 @@ class Consumer {
       }
   }
 
-  // dS = P (dP - D) in place in dp. kRowSums: this consumer's parts of E (sum_keys P dP) and the mass (sum_keys P)
-  // of the thread's two rows, summed over the quad's keys, into `sums` ([consumer][E | mass][BM]; add_sums adds the
-  // two consumers' once both are in), and the rows' dS added to the keys' column sums.
+  // dS = P (dP - D) in place in dp (P carries kPScale, the staged D its inverse: stage_terms). kRowSums: this
+  // consumer's parts of E (sum_keys P dP) and the mass (sum_keys P) of the thread's two rows, summed over the quad's
+  // keys, into `sums` ([consumer][E | mass][BM]; add_sums adds the two consumers' once both are in), and the rows' dS
+  // added to the keys' column sums.
   __device__ __forceinline__ void gradients(const float (&s)[kS], float (&dp)[kS], const float* terms, float* sums) {
     const float d[2] = {terms[BM + row(0)], terms[BM + row(1)]};
     float e_part[2] = {0.f, 0.f}, mass_part[2] = {0.f, 0.f};
@@ -288,7 +289,7 @@ class Consumer {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float pr = s[4 * j + e], dpv = dp[4 * j + e];
-        dp[4 * j + e] = pr * (dpv - d[e >> 1]);
+        dp[4 * j + e] = pr * scaled_dp_minus_d<T>(dpv, d[e >> 1]);
         if constexpr (kRowSums) {
           e_part[e >> 1] += pr * dpv;
           mass_part[e >> 1] += pr;
@@ -298,7 +299,8 @@ class Consumer {
     if constexpr (kRowSums) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float e_sum = quad_sum(e_part[half]), mass_sum = quad_sum(mass_part[half]);
+        const float e_sum = quad_sum(e_part[half]) * kInvPScale<T>;
+        const float mass_sum = quad_sum(mass_part[half]) * kInvPScale<T>;
         if (lane_ % 4 == 0) sums[(2 * me_) * BM + row(half)] = e_sum, sums[(2 * me_ + 1) * BM + row(half)] = mass_sum;
       }
     }
@@ -413,7 +415,7 @@ class Consumer {
 #pragma unroll
     for (int t = 0; t < kDkCount; ++t) stage_block<kCtaK>(dk_[t], dk_first() + t, p_.a.scale, dk_tile);
 #pragma unroll
-    for (int t = 0; t < kDvCount; ++t) stage_block<kCtaV>(dv_[t], dv_first() + t, 1.f, dv_tile);
+    for (int t = 0; t < kDvCount; ++t) stage_block<kCtaV>(dv_[t], dv_first() + t, kInvPScale<T>, dv_tile);
   }
 
  private:
@@ -606,7 +608,7 @@ __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
     if (w.steps == 0) return leave();  // nobody would wait for its copies
     const int col0 = kPaired ? Tile::kCtaK * static_cast<int>(ptx::cluster_rank()) : 0;
     if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0, col0);
-    else if (warp == 1) bwd_detail::stage_terms(p.b, buf, w, 0);
+    else if (warp == 1) bwd_detail::stage_terms<T>(p.b, buf, w, 0);
     return leave();
   }
 

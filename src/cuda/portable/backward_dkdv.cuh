@@ -19,7 +19,7 @@ namespace flashgate::cuda::bwd {
 
 // A step's row and column terms from its shared copy (lse[kBr] | D[kBr] | Gc of the rows [kBr] | Gc of the
 // key columns), the same values load_row_terms / load_col_terms read from global memory.
-template <int MT, int kBr>
+template <class T, int MT, int kBr>
 __device__ __forceinline__ RowTerms<MT> row_terms_of(const float* terms, bool has_gate, int r_first, int i_first,
                                                      int len) {
   RowTerms<MT> rt;
@@ -32,8 +32,9 @@ __device__ __forceinline__ RowTerms<MT> row_terms_of(const float* terms, bool ha
       rt.d[mt][hi] = 0.f;
       if (i_first + 16 * mt + 8 * hi < len) {
         const float lse = terms[r];
-        if (lse != -INFINITY) rt.term[mt][hi] = ((has_gate ? terms[2 * kBr + r] : 0.f) - lse) * kLog2e;
-        rt.d[mt][hi] = terms[kBr + r];
+        const float gc = has_gate ? terms[2 * kBr + r] : 0.f;
+        if (lse != -INFINITY) rt.term[mt][hi] = plus_log2_p_scale<T>((gc - lse) * kLog2e);
+        rt.d[mt][hi] = terms[kBr + r] * kInvPScale<T>;
       }
     }
   return rt;
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     // accumulators are all that is live next to dP's, which keeps the wide buckets within 255 registers.
     float dp[MS][NT][4];
     gemm_abt<T, MS, NT, kFull ? kD / 16 : 0, true>(dp, op().q_rows + kToDo, op().k_rows + kToV, LD, V16 / 16);
-    const RowTerms<MS> rt = row_terms_of<MS, kBr>(terms, has_gate, s_m0 + g, i0 + s_m0 + g, len);
+    const RowTerms<MS> rt = row_terms_of<T, MS, kBr>(terms, has_gate, s_m0 + g, i0 + s_m0 + g, len);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
     RowSums<MS> sums;
 #pragma unroll
@@ -248,7 +249,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       float col_terms[NPS][2];
       col_terms_of(col_terms, terms + 3 * kBr, has_gate, n0 + 2 * c);
       probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + n0 + 2 * c, len, a.window);
-      grads<kRowSums>(dp, s, pass * NPS, rt, sums);
+      grads<T, kRowSums>(dp, s, pass * NPS, rt, sums);
       store_fragment<T, MS, NPS>(sP, LDP, s, s_m0, n0, lane);
     }
     if (kRowSums && with_dq && p.need_E && first_slice) {
@@ -256,8 +257,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       for (int mt = 0; mt < MS; ++mt)
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
-          const float e = quad_sum(sums.e[mt][hi]);
-          const float mass = has_gate ? quad_sum(sums.mass[mt][hi]) : 0.f;
+          const float e = quad_sum(sums.e[mt][hi]) * kInvPScale<T>;
+          const float mass = has_gate ? quad_sum(sums.mass[mt][hi]) * kInvPScale<T> : 0.f;
           const int i = i0 + s_m0 + mt * 16 + g + 8 * hi;
           if (c == 0 && i < len) {
             atomicAdd(&p.E[base + i], e);
@@ -335,14 +336,14 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     const int64_t t0 = seq.start + j0;
     store_fragment_global<T, MK, NTD>([&](int r) { return p.dk.row<T>(seq.batch, t0 + r, hk); }, dk, a.scale,
                                       kv_m0, kv_n0, valid_keys, a.K, p.dk_width, lane);
-    store_fragment_global<T, MK, NTD>([&](int r) { return p.dv.row<T>(seq.batch, t0 + r, hk); }, dv, 1.f, kv_m0,
-                                      kv_n0, valid_keys, a.V, p.dv_width, lane);
+    store_fragment_global<T, MK, NTD>([&](int r) { return p.dv.row<T>(seq.batch, t0 + r, hk); }, dv, kInvPScale<T>,
+                                      kv_m0, kv_n0, valid_keys, a.V, p.dv_width, lane);
   } else {
     const int64_t krow = p.kv_row_index(part, seq.batch, hk, seq.start + j0);
     store_fragment_global<float, MK, NTD>([&](int r) { return p.dk_part + (krow + r) * p.K16; }, dk, a.scale,
                                           kv_m0, kv_n0, valid_keys, p.K16, 16, lane);
-    store_fragment_global<float, MK, NTD>([&](int r) { return p.dv_part + (krow + r) * p.V16; }, dv, 1.f, kv_m0,
-                                          kv_n0, valid_keys, p.V16, 16, lane);
+    store_fragment_global<float, MK, NTD>([&](int r) { return p.dv_part + (krow + r) * p.V16; }, dv, kInvPScale<T>,
+                                          kv_m0, kv_n0, valid_keys, p.V16, 16, lane);
   }
 }
 

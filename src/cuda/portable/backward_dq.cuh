@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
 
   const float* gc = a.has_gate ? a.gc_row(seq.batch, h) + seq.start : nullptr;
   const int64_t base = p.row_index(seq.batch, h, seq.start);
-  const RowTerms<1> rt = load_row_terms<1>(p, base, gc, i0 + s_m0 + g, len);
+  const RowTerms<1> rt = load_row_terms<T, 1>(p, base, gc, i0 + s_m0 + g, len);
 
   // Key tiles the rows see, in ascending order; K/V of step `it` live in stage it % stages.
   const KeySpan keys = keys_seen_by_rows(i0, i0 + kBr, len, a.window);
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
     probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window);
     gemm_abt<T, 1, NT, 0>(dp, ldsm_a<uint32_t>(sdO, LD, s_m0, lane), ldsm_b<uint32_t>(sV, LD, s_n0, lane), LD,
                           p.V16 / 16);
-    grads(dp, s, 0, rt, sums);
+    grads<T>(dp, s, 0, rt, sums);
     if (d_only) continue;  // E only (its sums are in); the loop's first barrier still guards the stage
     store_fragment<T, 1, NT>(sdS, LDS, dp, s_m0, s_n0, lane);
     __syncthreads();
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
       __syncthreads();  // sRed is free
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
-        const float sum = quad_sum(pass == 0 ? sums.e[0][hi] : sums.mass[0][hi]);
+        const float sum = quad_sum(pass == 0 ? sums.e[0][hi] : sums.mass[0][hi]) * kInvPScale<T>;
         if (c == 0) sRed[sn * kBr + s_m0 + g + 8 * hi] = sum;
       }
       __syncthreads();
