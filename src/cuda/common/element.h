@@ -29,30 +29,28 @@ __device__ __forceinline__ __half from_float<__half>(float x) { return __float2h
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
-// The backward's P carries this factor (folded into exp2's argument) into dV's MMA operand (dV = P^T dO); dS, E and
-// the mass are made from it times the inverse, and dV is scaled back when stored. fp16: a row whose mass the sink
+// The factor the backward's P carries (folded into exp2's argument) into dV's MMA operand (dV = P^T dO), undone
+// when dV is stored; dS, E and the mass are made from P times the inverse. fp16 (kOn): a row whose mass the sink
 // holds has every P below fp16's normal range (2^-14), where it would keep a few bits; P <= 1, so P * 2^15 stays
-// below fp16's largest value. bf16 has fp32's exponent range: 1, and every use folds away.
-template <class T>
-inline constexpr float kLog2PScale = std::is_same_v<T, __half> ? 15.f : 0.f;
-template <class T>
-inline constexpr float kPScale = std::is_same_v<T, __half> ? 32768.f : 1.f;
-template <class T>
-inline constexpr float kInvPScale = 1.f / kPScale<T>;
+// below fp16's largest value. bf16 has fp32's exponent range; `kWhere` lets a kernel that never takes a sink keep
+// its code (every use below folds away where the scale is off).
+template <class T, bool kWhere = true>
+struct PScale {
+  static constexpr bool kOn = kWhere && std::is_same_v<T, __half>;
+  static constexpr float kLog2 = kOn ? 15.f : 0.f;
+  static constexpr float kInv = kOn ? 1.f / 32768.f : 1.f;
 
-// x + log2 kPScale (bf16: x itself; x + 0 would stay an instruction, since -0 + 0 is +0).
-template <class T>
-__device__ __forceinline__ float plus_log2_p_scale(float x) {
-  if constexpr (kPScale<T> == 1.f) return x;
-  else return x + kLog2PScale<T>;
-}
-
-// (dP - D) / kPScale from dP and D / kPScale, so that P times it is dS unscaled (bf16: the plain difference).
-template <class T>
-__device__ __forceinline__ float scaled_dp_minus_d(float dp, float d_over_scale) {
-  if constexpr (kPScale<T> == 1.f) return dp - d_over_scale;
-  else return fmaf(dp, kInvPScale<T>, -d_over_scale);
-}
+  // x + log2 of the factor (off: x itself; x + 0 would stay an instruction, since -0 + 0 is +0).
+  static __device__ __forceinline__ float plus_log2(float x) {
+    if constexpr (kOn) return x + kLog2;
+    else return x;
+  }
+  // (dP - D) / factor from dP and D / factor, so that the scaled P times it is dS.
+  static __device__ __forceinline__ float dp_minus_d(float dp, float d_over_factor) {
+    if constexpr (kOn) return fmaf(dp, kInv, -d_over_factor);
+    else return dp - d_over_factor;
+  }
+};
 
 // A value of a float tensor whose dtype is only known at run time (gates may come as fp32, fp16 or bf16).
 __device__ __forceinline__ float load_as_float(const void* base, int64_t index, ElementType dtype) {

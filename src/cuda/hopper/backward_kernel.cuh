@@ -248,11 +248,11 @@ __device__ __forceinline__ void produce(const DkdvParams& p, const Buf& buf, con
   }
 }
 
-// A producer warp stages each step's row terms: the row offset r = (lse - Gc) log2 e - log2 kPScale, so that P =
-// kPScale exp2(s scale log2 e - r - Gc_key log2 e) (element.h; +inf where the row takes no probability: past the
-// sequence, or a row that sees no key), D / kPScale, and with kSinkWeights and p.sink_parts the sink's share
-// exp(sink - lse) (0 where the row takes none).
-template <class T, class Buf, bool kSinkWeights = false>
+// A producer warp stages each step's row terms: the row offset r = (lse - Gc) log2 e - log2 factor, so that P =
+// factor exp2(s scale log2 e - r - Gc_key log2 e) (Scale: PScale of element.h; +inf where the row takes no
+// probability: past the sequence, or a row that sees no key), D / factor, and with kSinkWeights and p.sink_parts the
+// sink's share exp(sink - lse) (0 where the row takes none).
+template <class Scale, class Buf, bool kSinkWeights = false>
 __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                             uint32_t step) {
   using Tile = typename Buf::Tile;
@@ -268,8 +268,8 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
     for (int r = lane; r < Tile::BM; r += 32) {
       const int i = st.i0 + r;
       const float lse = i < w.seq.len ? p.lse[base + i] : -INFINITY;
-      dst[r] = lse == -INFINITY ? INFINITY : (lse - (gc ? gc[i] : 0.f)) * kLog2e - kLog2PScale<T>;
-      dst[Tile::BM + r] = i < w.seq.len ? p.D[base + i] * kInvPScale<T> : 0.f;
+      dst[r] = lse == -INFINITY ? INFINITY : (lse - (gc ? gc[i] : 0.f)) * kLog2e - Scale::kLog2;
+      dst[Tile::BM + r] = i < w.seq.len ? p.D[base + i] * Scale::kInv : 0.f;
       if constexpr (kSinkWeights)
         if (p.sink_parts) dst[2 * Tile::BM + r] = lse == -INFINITY ? 0.f : expf(sink - lse);
     }
@@ -291,6 +291,9 @@ class Consumer {
   // Whether it sums dsink's parts itself (p.sink_parts; host/hopper_backward.h): without the row sums, at kD 128 (D64's
   // consumers have no register to spare for it).
   static constexpr bool kSinkParts = !kRowSums && kD == 128;
+  // P's factor (element.h) where a sink can come: with the row sums or the sink's parts (D64's plain consumer, which
+  // never sees a sink, keeps its schedule).
+  using Scale = PScale<T, kRowSums || kSinkParts>;
 
   __device__ __forceinline__ Consumer(const bwd::BackwardParams& p, const KeyWork& w, int me)
       : p_(p), w_(w), me_(me), lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32) {
@@ -350,8 +353,7 @@ class Consumer {
   }
 
   // dS^T = P^T (dP^T - D), with P^T and dS^T packed into the A operands pt and dst as they are made (P^T carries
-  // kPScale, the staged D its inverse: dS^T = P^T (dP^T / kPScale - D / kPScale); E and the mass are scaled back
-  // where they are stored).
+  // Scale's factor, the staged D its inverse; E and the mass are scaled back where they are stored).
   // kRowSums: the warp's parts of E (sum_keys P dP) and the mass (sum_keys P) of each query go to `partials`
   // ([E | mass][8 warps][BM]), and the key rows' sums of dS^T are added to colsum_ (the gate's column sums).
   // Else with p.sink_parts: sum_queries exp(sink - lse) sum_keys P dP is added to sink_sum_ (dsink's part).
@@ -365,7 +367,7 @@ class Consumer {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float pr = s[4 * j + e], dpv = dp[4 * j + e];
-        ds[e] = pr * scaled_dp_minus_d<T>(dpv, (e & 1) ? d.y : d.x);
+        ds[e] = pr * Scale::dp_minus_d(dpv, (e & 1) ? d.y : d.x);
         if constexpr (kRowSums) {
           sums[e & 1] += pr * dpv;
           sums[2 + (e & 1)] += pr;
@@ -405,7 +407,7 @@ class Consumer {
     float e = 0.f, mass = 0.f;
 #pragma unroll
     for (int w = 0; w < 8; ++w) e += partials[w * BM + t], mass += partials[(8 + w) * BM + t];
-    e *= kInvPScale<T>, mass *= kInvPScale<T>;
+    e *= Scale::kInv, mass *= Scale::kInv;
     const int64_t row = p_.row_index(w_.seq.batch, h, w_.seq.start) + i0 + t;
     atomicAdd(p_.E + row, e);
     if (p_.a.has_gate) atomicAdd(p_.mass + row, mass);
@@ -414,7 +416,7 @@ class Consumer {
   // With p.sink_parts (and no row sums): at the end of query head h's steps, the warp's part of dsink's sum.
   __device__ __forceinline__ void store_sink_part(int64_t h) {
     if constexpr (kSinkParts) {
-      const float v = warp_sum(sink_sum_) * kInvPScale<T>;
+      const float v = warp_sum(sink_sum_) * Scale::kInv;
       sink_sum_ = 0.f;
       if (lane_ == 0) p_.sink_parts[bwd::sink_part_index(p_, w_.hk, w_.order, h, 4 * me_ + warp_)] = v;
     }
@@ -519,8 +521,8 @@ class Consumer {
           *reinterpret_cast<uint32_t*>(dk + 8 * j) =
               ptx::pack2<T>(dk_[4 * j + 2 * half] * a.scale, dk_[4 * j + 2 * half + 1] * a.scale);
         if (8 * j < a.V)
-          *reinterpret_cast<uint32_t*>(dv + 8 * j) = ptx::pack2<T>(dv_[4 * j + 2 * half] * kInvPScale<T>,
-                                                                    dv_[4 * j + 2 * half + 1] * kInvPScale<T>);
+          *reinterpret_cast<uint32_t*>(dv + 8 * j) = ptx::pack2<T>(dv_[4 * j + 2 * half] * Scale::kInv,
+                                                                    dv_[4 * j + 2 * half + 1] * Scale::kInv);
       }
     }
   }
@@ -589,7 +591,8 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         if (item < 0) break;
         const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
         if (!w.valid || w.steps == 0) continue;
-        bwd_detail::stage_terms<T, Buffers, bwd_detail::Consumer<T, kD, kRowSums>::kSinkParts>(p.b, buf, w, step);
+        using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
+        bwd_detail::stage_terms<typename Consumer::Scale, Buffers, Consumer::kSinkParts>(p.b, buf, w, step);
         step += w.steps;
       }
     }

@@ -198,6 +198,7 @@ class Consumer {
   static constexpr bool kSquare = kK == kV;  // 256 / 256 or 512 / 512, else 192 / 128
   static constexpr int kCtaK = Tile::kCtaK, kCtaV = Tile::kCtaV;  // this CTA's head dims (a pair's half)
   static_assert(kSquare || kMe == 0 || kMe == 1, "192 / 128 gives the consumers different blocks");
+  using Scale = PScale<T, kRowSums>;  // P's factor (element.h) where a sink can come: with the row sums
   // Counts of this consumer's blocks: dK^T rows (= dQ columns) and dV^T rows.
   static constexpr int kDkCount = kSquare ? 2 : kMe == 0 ? 2 : 1, kDvCount = kSquare ? 2 : kMe == 0 ? 0 : 2;
   static_assert(2 * kDkCount + kDvCount == (2 * Tile::kKBlocks + Tile::kVBlocks) / 2,
@@ -277,7 +278,7 @@ class Consumer {
       }
   }
 
-  // dS = P (dP - D) in place in dp (P carries kPScale, the staged D its inverse: stage_terms). kRowSums: this
+  // dS = P (dP - D) in place in dp (P carries Scale's factor, the staged D its inverse: stage_terms). kRowSums: this
   // consumer's parts of E (sum_keys P dP) and the mass (sum_keys P) of the thread's two rows, summed over the quad's
   // keys, into `sums` ([consumer][E | mass][BM]; add_sums adds the two consumers' once both are in), and the rows' dS
   // added to the keys' column sums.
@@ -289,7 +290,7 @@ class Consumer {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float pr = s[4 * j + e], dpv = dp[4 * j + e];
-        dp[4 * j + e] = pr * scaled_dp_minus_d<T>(dpv, d[e >> 1]);
+        dp[4 * j + e] = pr * Scale::dp_minus_d(dpv, d[e >> 1]);
         if constexpr (kRowSums) {
           e_part[e >> 1] += pr * dpv;
           mass_part[e >> 1] += pr;
@@ -299,8 +300,8 @@ class Consumer {
     if constexpr (kRowSums) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float e_sum = quad_sum(e_part[half]) * kInvPScale<T>;
-        const float mass_sum = quad_sum(mass_part[half]) * kInvPScale<T>;
+        const float e_sum = quad_sum(e_part[half]) * Scale::kInv;
+        const float mass_sum = quad_sum(mass_part[half]) * Scale::kInv;
         if (lane_ % 4 == 0) sums[(2 * me_) * BM + row(half)] = e_sum, sums[(2 * me_ + 1) * BM + row(half)] = mass_sum;
       }
     }
@@ -415,7 +416,7 @@ class Consumer {
 #pragma unroll
     for (int t = 0; t < kDkCount; ++t) stage_block<kCtaK>(dk_[t], dk_first() + t, p_.a.scale, dk_tile);
 #pragma unroll
-    for (int t = 0; t < kDvCount; ++t) stage_block<kCtaV>(dv_[t], dv_first() + t, kInvPScale<T>, dv_tile);
+    for (int t = 0; t < kDvCount; ++t) stage_block<kCtaV>(dv_[t], dv_first() + t, Scale::kInv, dv_tile);
   }
 
  private:
@@ -608,7 +609,7 @@ __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
     if (w.steps == 0) return leave();  // nobody would wait for its copies
     const int col0 = kPaired ? Tile::kCtaK * static_cast<int>(ptx::cluster_rank()) : 0;
     if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0, col0);
-    else if (warp == 1) bwd_detail::stage_terms<T>(p.b, buf, w, 0);
+    else if (warp == 1) bwd_detail::stage_terms<PScale<T, kRowSums>>(p.b, buf, w, 0);  // Consumer::Scale
     return leave();
   }
 

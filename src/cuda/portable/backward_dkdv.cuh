@@ -33,8 +33,8 @@ __device__ __forceinline__ RowTerms<MT> row_terms_of(const float* terms, bool ha
       if (i_first + 16 * mt + 8 * hi < len) {
         const float lse = terms[r];
         const float gc = has_gate ? terms[2 * kBr + r] : 0.f;
-        if (lse != -INFINITY) rt.term[mt][hi] = plus_log2_p_scale<T>((gc - lse) * kLog2e);
-        rt.d[mt][hi] = terms[kBr + r] * kInvPScale<T>;
+        if (lse != -INFINITY) rt.term[mt][hi] = PScale<T>::plus_log2((gc - lse) * kLog2e);
+        rt.d[mt][hi] = terms[kBr + r] * PScale<T>::kInv;
       }
     }
   return rt;
@@ -257,8 +257,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       for (int mt = 0; mt < MS; ++mt)
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
-          const float e = quad_sum(sums.e[mt][hi]) * kInvPScale<T>;
-          const float mass = has_gate ? quad_sum(sums.mass[mt][hi]) * kInvPScale<T> : 0.f;
+          const float e = quad_sum(sums.e[mt][hi]) * PScale<T>::kInv;
+          const float mass = has_gate ? quad_sum(sums.mass[mt][hi]) * PScale<T>::kInv : 0.f;
           const int i = i0 + s_m0 + mt * 16 + g + 8 * hi;
           if (c == 0 && i < len) {
             atomicAdd(&p.E[base + i], e);
@@ -336,13 +336,13 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     const int64_t t0 = seq.start + j0;
     store_fragment_global<T, MK, NTD>([&](int r) { return p.dk.row<T>(seq.batch, t0 + r, hk); }, dk, a.scale,
                                       kv_m0, kv_n0, valid_keys, a.K, p.dk_width, lane);
-    store_fragment_global<T, MK, NTD>([&](int r) { return p.dv.row<T>(seq.batch, t0 + r, hk); }, dv, kInvPScale<T>,
+    store_fragment_global<T, MK, NTD>([&](int r) { return p.dv.row<T>(seq.batch, t0 + r, hk); }, dv, PScale<T>::kInv,
                                       kv_m0, kv_n0, valid_keys, a.V, p.dv_width, lane);
   } else {
     const int64_t krow = p.kv_row_index(part, seq.batch, hk, seq.start + j0);
     store_fragment_global<float, MK, NTD>([&](int r) { return p.dk_part + (krow + r) * p.K16; }, dk, a.scale,
                                           kv_m0, kv_n0, valid_keys, p.K16, 16, lane);
-    store_fragment_global<float, MK, NTD>([&](int r) { return p.dv_part + (krow + r) * p.V16; }, dv, kInvPScale<T>,
+    store_fragment_global<float, MK, NTD>([&](int r) { return p.dv_part + (krow + r) * p.V16; }, dv, PScale<T>::kInv,
                                           kv_m0, kv_n0, valid_keys, p.V16, 16, lane);
   }
 }

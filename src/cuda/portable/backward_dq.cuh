@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
       __syncthreads();  // sRed is free
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
-        const float sum = quad_sum(pass == 0 ? sums.e[0][hi] : sums.mass[0][hi]) * kInvPScale<T>;
+        const float sum = quad_sum(pass == 0 ? sums.e[0][hi] : sums.mass[0][hi]) * PScale<T>::kInv;
         if (c == 0) sRed[sn * kBr + s_m0 + g + 8 * hi] = sum;
       }
       __syncthreads();

@@ -174,12 +174,12 @@ __device__ __forceinline__ void gemm_ab(float (&acc)[MT][NT][4], Addr a, int a_s
 // ---- the score / gradient step --------------------------------------------------------------------------
 
 // What a thread needs about its rows of a score block: rows g and g+8 of each of the warp's MT m16 tiles.
-// P carries kPScale<T> (element.h), folded into the term; D carries its inverse, so that dS = P (dP - D) comes out
-// unscaled from P (dP / kPScale - D / kPScale), and the row sums E and mass are scaled back where they are stored.
+// P carries PScale<T>'s factor (element.h), folded into the term; D carries its inverse, so that dS = P (dP - D)
+// comes out unscaled, and the row sums E and mass are scaled back where they are stored.
 template <int MT>
 struct RowTerms {
-  float term[MT][2];  // (Gc_i - lse_i) log2 e + log2 kPScale; -inf past the sequence or without a visible key
-  float d[MT][2];     // D_i / kPScale, D_i = o_i·do_i (0 past the sequence)
+  float term[MT][2];  // (Gc_i - lse_i) log2 e + log2 factor; -inf past the sequence or without a visible key
+  float d[MT][2];     // D_i / factor, D_i = o_i·do_i (0 past the sequence)
 };
 
 // Rows i_first + 16*mt + {0, 8} (local positions) of query head h; `base` = row_index(b, h, seq.start).
@@ -196,8 +196,8 @@ __device__ __forceinline__ RowTerms<MT> load_row_terms(const P& p, int64_t base,
       r.d[mt][hi] = 0.f;
       if (i < len) {
         const float lse = p.lse[base + i];
-        if (lse != -INFINITY) r.term[mt][hi] = plus_log2_p_scale<T>(((gc ? gc[i] : 0.f) - lse) * kLog2e);
-        r.d[mt][hi] = p.D[base + i] * kInvPScale<T>;
+        if (lse != -INFINITY) r.term[mt][hi] = PScale<T>::plus_log2(((gc ? gc[i] : 0.f) - lse) * kLog2e);
+        r.d[mt][hi] = p.D[base + i] * PScale<T>::kInv;
       }
     }
   return r;
@@ -215,7 +215,7 @@ __device__ __forceinline__ void load_col_terms(float (&col)[NT][2], const float*
     }
 }
 
-// This thread's parts of the row sums E_i = sum_j P dP and mass_i = sum_j P (rows of RowTerms), times kPScale.
+// This thread's parts of the row sums E_i = sum_j P dP and mass_i = sum_j P (rows of RowTerms), times the factor.
 template <int MT>
 struct RowSums {
   float e[MT][2] = {};
@@ -265,7 +265,7 @@ __device__ __forceinline__ void grads(float (&dp)[MT][NT][4], const float (&p)[M
           sums.e[mt][hi] += pr * x;
           sums.mass[mt][hi] += pr;
         }
-        x = pr * scaled_dp_minus_d<T>(x, rows.d[mt][hi]);
+        x = pr * PScale<T>::dp_minus_d(x, rows.d[mt][hi]);
       }
 }
 
