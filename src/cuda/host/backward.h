@@ -26,7 +26,8 @@
 //                                partials (when GQA heads were split over CTAs), dg = per-sequence suffix sum
 //                                of dGc, dsink = -sum_i exp(sink - lse_i) E_i.
 //
-// Numerics: fp32 accumulation everywhere; P and dS are rounded to the input dtype only as MMA operands.
+// Numerics: fp32 accumulation everywhere; P and dS are rounded to the input dtype only as MMA operands (fp16 P with a
+// factor of 2^15 where a sink can come, so that rows whose mass the sink holds keep P's bits: PScale, element.h).
 // dS = P (dP - D) uses D = o·do from the stored output (FlashAttention's way), except for K <= 16 and where every
 // row sees at most 64 keys (BackwardParams::exact_D; docs/decisions.md): there one key can hold a row's mass, dS
 // cancels to the size of o's rounding, and too few rows or columns average it out (K1 V1 bf16 missed SPEC §7 for 8.5%
