@@ -43,6 +43,7 @@ struct ForwardArgs {
   Tensor q, k, v;
   Tensor o;           // output [B,T,HQ,V], dtype of q
   Tensor lse;         // optional output [B,T,HQ] fp32, natural log
+  Tensor o_residual;  // optional output [B,T,HQ,V] int8: o's rounding residual, for the backward (BackwardArgs)
   Tensor g;           // optional [B,T,HQ] log forget gate (fp32; fp16/bf16 upcast)
   Tensor sink;        // optional [HQ] fp32 sink logits
   Tensor cu_seqlens;  // optional [N+1]
@@ -53,8 +54,13 @@ struct ForwardArgs {
 
 // SPEC §4. Inputs as the forward plus o, lse and dout; outputs dq/dk/dv in the input dtype,
 // dg [B,T,HQ] fp32 (required iff g), dsink [HQ] fp32 (required iff sink).
+// o_residual (optional, the forward's): the backward's D = rowsum(o * dout) then sees o to 8 more bits than its
+// dtype holds. dS = P (dP - D) cancels to the size of D's error where one key holds most of a row's mass, and
+// o's rounding alone would leave it above SPEC §7's bound there. Without it the GPU backends take the exact D
+// (sum_j P dP) only where every row sees at most 64 keys; the CPU backend recomputes everything and ignores it.
 struct BackwardArgs {
   Tensor q, k, v, o, lse, dout;
+  Tensor o_residual;
   Tensor g, sink, cu_seqlens;
   Tensor dq, dk, dv, dg, dsink;
   std::optional<float> scale;

@@ -8,8 +8,9 @@
 namespace flashgate {
 
 // Element types. f64 is accepted by the CPU backend only (the fp64 reference mode used by tests);
-// e4m3 only for paged KV caches; i32/i64 only for index tensors.
-enum class DType : int { f16, bf16, f32, f64, e4m3, i32, i64 };
+// e4m3 only for paged KV caches; i32/i64 only for index tensors; i8 only for the output's rounding residual
+// (ForwardArgs::o_residual).
+enum class DType : int { f16, bf16, f32, f64, e4m3, i32, i64, i8 };
 
 enum class Device : int { cpu, cuda };
 

@@ -69,35 +69,46 @@ def _companion_dtype(dtype: torch.dtype) -> torch.dtype:
 
 # ---- forward -----------------------------------------------------------------------------------------
 
+def _residual_shape(q: Tensor, v: Tensor, keep_residual: bool) -> Tuple[int, ...]:
+    """o_residual's shape: o's where kept (fp16 / bf16 outputs the backward will see), else empty."""
+    keep = keep_residual and q.dtype in (torch.float16, torch.bfloat16)
+    return (*q.shape[:3], v.shape[-1]) if keep else (0,)
+
+
 def _forward_impl(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor], sink: Optional[Tensor],
                   cu_seqlens: Optional[Tensor], scale: Optional[float], window: Optional[int],
-                  deterministic: bool, backend: str) -> Tuple[Tensor, Tensor]:
+                  deterministic: bool, backend: str, keep_residual: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """Returns (o, lse, o_residual): o's rounding residual (int8, for the backward's D) where `keep_residual`."""
     B, T, HQ = q.shape[:3]
     o = _empty((B, T, HQ, v.shape[-1]), q.dtype, q.device)
     lse = _empty((B, T, HQ), _companion_dtype(q.dtype), q.device)
+    residual = _empty(_residual_shape(q, v, keep_residual), torch.int8, q.device)
     stream, validate, allocate, device = _launch(q)
     with device:
-        _C.attention_forward(_dl(q), _dl(k), _dl(v), _dl(o), lse=_dl(lse), g=_dl(g), sink=_dl(sink),
+        _C.attention_forward(_dl(q), _dl(k), _dl(v), _dl(o), lse=_dl(lse),
+                             o_residual=_dl(residual) if residual.numel() else None, g=_dl(g), sink=_dl(sink),
                              cu_seqlens=_dl(cu_seqlens), scale=scale, window=window, validate=validate,
                              backend=backend, stream=stream, workspace=allocate)
-    return o, lse
+    return o, lse, residual
 
 
 _attention_forward = torch.library.custom_op("flashgate::attention_forward", mutates_args=())(_forward_impl)
 
 
 @_attention_forward.register_fake
-def _(q, k, v, g, sink, cu_seqlens, scale, window, deterministic, backend):
+def _(q, k, v, g, sink, cu_seqlens, scale, window, deterministic, backend, keep_residual):
     B, T, HQ = q.shape[:3]
-    return q.new_empty((B, T, HQ, v.shape[-1])), q.new_empty((B, T, HQ), dtype=_companion_dtype(q.dtype))
+    return (q.new_empty((B, T, HQ, v.shape[-1])), q.new_empty((B, T, HQ), dtype=_companion_dtype(q.dtype)),
+            q.new_empty(_residual_shape(q, v, keep_residual), dtype=torch.int8))
 
 
 # ---- backward ----------------------------------------------------------------------------------------
 
-def _backward_impl(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, g: Optional[Tensor],
-                   sink: Optional[Tensor], cu_seqlens: Optional[Tensor], scale: Optional[float],
+def _backward_impl(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, o_residual: Tensor,
+                   g: Optional[Tensor], sink: Optional[Tensor], cu_seqlens: Optional[Tensor], scale: Optional[float],
                    window: Optional[int], deterministic: bool, backend: str) -> List[Tensor]:
-    """Returns [dq, dk, dv, dg, dsink]; dg / dsink are empty when g / sink is None."""
+    """Returns [dq, dk, dv, dg, dsink]; dg / dsink are empty when g / sink is None. o_residual: the forward's
+    (empty where it kept none)."""
     fp = _companion_dtype(q.dtype)
     dq = _empty(q.shape, q.dtype, q.device)
     dk = _empty(k.shape, k.dtype, k.device)
@@ -108,7 +119,8 @@ def _backward_impl(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: 
     with device:
         _C.attention_backward(_dl(q), _dl(k), _dl(v), _dl(o), _dl(lse), _dl(do), _dl(dq), _dl(dk), _dl(dv),
                               dg=_dl(dg) if g is not None else None, dsink=_dl(dsink) if sink is not None else None,
-                              g=_dl(g), sink=_dl(sink), cu_seqlens=_dl(cu_seqlens), scale=scale, window=window,
+                              g=_dl(g), sink=_dl(sink), cu_seqlens=_dl(cu_seqlens),
+                              o_residual=_dl(o_residual) if o_residual.numel() else None, scale=scale, window=window,
                               deterministic=deterministic, validate=validate, backend=backend, stream=stream,
                               workspace=allocate)
     return [dq, dk, dv, dg, dsink]
@@ -118,7 +130,7 @@ _attention_backward = torch.library.custom_op("flashgate::attention_backward", m
 
 
 @_attention_backward.register_fake
-def _(do, q, k, v, o, lse, g, sink, cu_seqlens, scale, window, deterministic, backend):
+def _(do, q, k, v, o, lse, o_residual, g, sink, cu_seqlens, scale, window, deterministic, backend):
     fp = _companion_dtype(q.dtype)
     return [q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             q.new_empty(q.shape[:3] if g is not None else (0,), dtype=fp),
@@ -126,26 +138,26 @@ def _(do, q, k, v, o, lse, g, sink, cu_seqlens, scale, window, deterministic, ba
 
 
 def _forward_setup_context(ctx, inputs, output):
-    q, k, v, g, sink, cu_seqlens, scale, window, deterministic, backend = inputs
-    o, lse = output
-    ctx.save_for_backward(q, k, v, g, sink, o, lse, cu_seqlens)
+    q, k, v, g, sink, cu_seqlens, scale, window, deterministic, backend, _ = inputs
+    o, lse, o_residual = output
+    ctx.save_for_backward(q, k, v, g, sink, o, lse, o_residual, cu_seqlens)
     ctx.scale, ctx.window, ctx.deterministic, ctx.backend = scale, window, deterministic, backend
-    # The backward takes no lse gradient (SPEC 4 has none): lse is returned as a non-differentiable output.
-    ctx.mark_non_differentiable(lse)
+    # The backward takes no lse gradient (SPEC 4 has none): lse and o_residual are non-differentiable outputs.
+    ctx.mark_non_differentiable(lse, o_residual)
 
 
 def _backward_through(backward_op):
     """The forward's backward, running `backward_op` (the custom op, or its implementation in eager mode)."""
-    def backward(ctx, do, dlse):
-        del dlse
-        q, k, v, g, sink, o, lse, cu_seqlens = ctx.saved_tensors
+    def backward(ctx, do, dlse, dresidual):
+        del dlse, dresidual
+        q, k, v, g, sink, o, lse, o_residual, cu_seqlens = ctx.saved_tensors
         if do.stride(-1) != 1:  # e.g. the expanded gradient of a sum(); the head axis must be unit-stride
             do = do.contiguous()
-        dq, dk, dv, dg, dsink = backward_op(do, q, k, v, o, lse, g, sink, cu_seqlens, ctx.scale, ctx.window,
-                                            ctx.deterministic, ctx.backend)
+        dq, dk, dv, dg, dsink = backward_op(do, q, k, v, o, lse, o_residual, g, sink, cu_seqlens, ctx.scale,
+                                            ctx.window, ctx.deterministic, ctx.backend)
         dg = dg.to(g.dtype) if g is not None else None
         dsink = dsink if sink is not None else None
-        return dq, dk, dv, dg, dsink, None, None, None, None, None
+        return dq, dk, dv, dg, dsink, None, None, None, None, None, None
     return backward
 
 
@@ -174,8 +186,11 @@ def parallel_attn(q: Tensor, k: Tensor, v: Tensor, g: Optional[Tensor] = None, s
         sink_bias = sink_bias.to(_companion_dtype(q.dtype))
     if g is not None and q.dtype == torch.float64 and g.dtype != torch.float64:
         g = g.to(torch.float64)
+    # o's rounding residual only where a backward will follow (SPEC 7's D on rows whose mass sits on one key).
+    keep_residual = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (q, k, v, g, sink_bias))
     op = _attention_forward if torch.compiler.is_compiling() else _EagerAttention.apply
-    o, lse = op(q, k, v, g, sink_bias, cu_seqlens, scale, window_size, deterministic, backend)
+    o, lse, _ = op(q, k, v, g, sink_bias, cu_seqlens, scale, window_size, deterministic, backend, keep_residual)
     return (o, lse) if return_lse else o
 
 

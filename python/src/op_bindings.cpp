@@ -79,14 +79,15 @@ size_t size_of(const Args& args, const std::string& backend) {
 // ---- argument structs from Python arguments -----------------------------------------------------------
 
 ForwardArgs forward_args(TensorScope& s, nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse,
-                         nb::handle g, nb::handle sink, nb::handle cu_seqlens, const OptScale& scale,
-                         const OptWindow& window, bool validate) {
+                         nb::handle o_residual, nb::handle g, nb::handle sink, nb::handle cu_seqlens,
+                         const OptScale& scale, const OptWindow& window, bool validate) {
   ForwardArgs a;
   a.q = s.input(q, "q");
   a.k = s.input(k, "k");
   a.v = s.input(v, "v");
   a.o = s.output(o, "o");
   a.lse = s.output(lse, "lse");
+  a.o_residual = s.output(o_residual, "o_residual");
   a.g = s.input(g, "g");
   a.sink = s.input(sink, "sink");
   a.cu_seqlens = s.input(cu_seqlens, "cu_seqlens");
@@ -97,7 +98,7 @@ ForwardArgs forward_args(TensorScope& s, nb::handle q, nb::handle k, nb::handle 
 }
 
 struct BackwardTensors {
-  nb::handle q, k, v, o, lse, dout, dq, dk, dv, dg, dsink, g, sink, cu_seqlens;
+  nb::handle q, k, v, o, lse, dout, dq, dk, dv, dg, dsink, g, sink, cu_seqlens, o_residual;
 };
 
 BackwardArgs backward_args(TensorScope& s, const BackwardTensors& t, const OptScale& scale, const OptWindow& window,
@@ -108,6 +109,7 @@ BackwardArgs backward_args(TensorScope& s, const BackwardTensors& t, const OptSc
   a.v = s.input(t.v, "v");
   a.o = s.input(t.o, "o");
   a.lse = s.input(t.lse, "lse");
+  a.o_residual = s.input(t.o_residual, "o_residual");
   a.dout = s.input(t.dout, "dout");
   a.dq = s.output(t.dq, "dq");
   a.dk = s.output(t.dk, "dk");
@@ -205,26 +207,30 @@ void bind_ops(nb::module_& m) {
   // ---- attention_forward -----------------------------------------------------------------------------
   m.def(
       "attention_forward",
-      [](nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, nb::handle g, nb::handle sink,
-         nb::handle cu_seqlens, OptScale scale, OptWindow window, bool validate, const std::string& backend,
-         uintptr_t stream, nb::handle workspace) {
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, nb::handle o_residual,
+         nb::handle g, nb::handle sink, nb::handle cu_seqlens, OptScale scale, OptWindow window, bool validate,
+         const std::string& backend, uintptr_t stream, nb::handle workspace) {
         TensorScope s("attention_forward");
-        const ForwardArgs a = forward_args(s, q, k, v, o, lse, g, sink, cu_seqlens, scale, window, validate);
+        const ForwardArgs a =
+            forward_args(s, q, k, v, o, lse, o_residual, g, sink, cu_seqlens, scale, window, validate);
         run(s, a, {backend, stream, workspace}, &attention_forward);
       },
       "q"_a.none(), "k"_a.none(), "v"_a.none(), "o"_a.none(), nb::kw_only(),
-      "lse"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none, "window"_a = none,
+      "lse"_a = none, "o_residual"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none, "window"_a = none,
       "validate"_a = true, "backend"_a = "auto", "stream"_a = 0, "workspace"_a = none,
-      "SPEC 3: o (and lse) of causal attention. " FLASHGATE_CALL_DOC);
+      "SPEC 3: o (and lse; and o_residual, int8 like o: o's rounding residual for the backward) of causal "
+      "attention. " FLASHGATE_CALL_DOC);
   m.def(
       "attention_forward_workspace_size",
-      [](nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, nb::handle g, nb::handle sink,
-         nb::handle cu_seqlens, OptScale scale, OptWindow window, const std::string& backend) {
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, nb::handle o_residual,
+         nb::handle g, nb::handle sink, nb::handle cu_seqlens, OptScale scale, OptWindow window,
+         const std::string& backend) {
         TensorScope s("attention_forward");
-        return size_of(forward_args(s, q, k, v, o, lse, g, sink, cu_seqlens, scale, window, false), backend);
+        return size_of(forward_args(s, q, k, v, o, lse, o_residual, g, sink, cu_seqlens, scale, window, false),
+                       backend);
       },
       "q"_a.none(), "k"_a.none(), "v"_a.none(), "o"_a.none(), nb::kw_only(),
-      "lse"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none, "window"_a = none,
+      "lse"_a = none, "o_residual"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none, "window"_a = none,
       "backend"_a = "auto",
       "Scratch bytes attention_forward needs for these arguments.");
 
@@ -233,34 +239,36 @@ void bind_ops(nb::module_& m) {
       "attention_backward",
       [](nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, nb::handle dout, nb::handle dq,
          nb::handle dk, nb::handle dv, nb::handle dg, nb::handle dsink, nb::handle g, nb::handle sink,
-         nb::handle cu_seqlens, OptScale scale, OptWindow window, bool deterministic, bool validate,
-         const std::string& backend, uintptr_t stream, nb::handle workspace) {
+         nb::handle cu_seqlens, nb::handle o_residual, OptScale scale, OptWindow window, bool deterministic,
+         bool validate, const std::string& backend, uintptr_t stream, nb::handle workspace) {
         TensorScope s("attention_backward");
         const BackwardArgs a = backward_args(
-            s, {q, k, v, o, lse, dout, dq, dk, dv, dg, dsink, g, sink, cu_seqlens}, scale, window, deterministic,
-            validate);
+            s, {q, k, v, o, lse, dout, dq, dk, dv, dg, dsink, g, sink, cu_seqlens, o_residual}, scale, window,
+            deterministic, validate);
         run(s, a, {backend, stream, workspace}, &attention_backward);
       },
       "q"_a.none(), "k"_a.none(), "v"_a.none(), "o"_a.none(), "lse"_a.none(), "dout"_a.none(), "dq"_a.none(),
       "dk"_a.none(), "dv"_a.none(), nb::kw_only(),
-      "dg"_a = none, "dsink"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none,
-      "window"_a = none, "deterministic"_a = false, "validate"_a = true, "backend"_a = "auto", "stream"_a = 0,
+      "dg"_a = none, "dsink"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "o_residual"_a = none,
+      "scale"_a = none, "window"_a = none, "deterministic"_a = false, "validate"_a = true, "backend"_a = "auto", "stream"_a = 0,
       "workspace"_a = none,
-      "SPEC 4: dq, dk, dv (and dg, dsink) of attention_forward. " FLASHGATE_CALL_DOC);
+      "SPEC 4: dq, dk, dv (and dg, dsink) of attention_forward; o_residual: the forward's, for D = o·do to 8 more "
+      "bits than o holds (SPEC 7 on rows whose mass sits on one key). " FLASHGATE_CALL_DOC);
   m.def(
       "attention_backward_workspace_size",
       [](nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, nb::handle dout, nb::handle dq,
          nb::handle dk, nb::handle dv, nb::handle dg, nb::handle dsink, nb::handle g, nb::handle sink,
-         nb::handle cu_seqlens, OptScale scale, OptWindow window, bool deterministic, const std::string& backend) {
+         nb::handle cu_seqlens, nb::handle o_residual, OptScale scale, OptWindow window, bool deterministic,
+         const std::string& backend) {
         TensorScope s("attention_backward");
-        return size_of(backward_args(s, {q, k, v, o, lse, dout, dq, dk, dv, dg, dsink, g, sink, cu_seqlens}, scale,
-                                     window, deterministic, false),
+        return size_of(backward_args(s, {q, k, v, o, lse, dout, dq, dk, dv, dg, dsink, g, sink, cu_seqlens, o_residual},
+                                     scale, window, deterministic, false),
                        backend);
       },
       "q"_a.none(), "k"_a.none(), "v"_a.none(), "o"_a.none(), "lse"_a.none(), "dout"_a.none(), "dq"_a.none(),
       "dk"_a.none(), "dv"_a.none(), nb::kw_only(),
-      "dg"_a = none, "dsink"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "scale"_a = none,
-      "window"_a = none, "deterministic"_a = false, "backend"_a = "auto",
+      "dg"_a = none, "dsink"_a = none, "g"_a = none, "sink"_a = none, "cu_seqlens"_a = none, "o_residual"_a = none,
+      "scale"_a = none, "window"_a = none, "deterministic"_a = false, "backend"_a = "auto",
       "Scratch bytes attention_backward needs for these arguments.");
 
   // ---- the slice ops (context parallelism) -------------------------------------------------------------

@@ -12,7 +12,7 @@ namespace {
 // DLPack 1.1 (spelled out so that older nanobind headers, which lack the name, build too).
 constexpr uint8_t kDLInt = 0, kDLFloat = 2, kDLBfloat = 4, kDLFloat8_e4m3fn = 10;
 
-constexpr DType kAllTypes[] = {DType::f16, DType::bf16, DType::f32, DType::f64, DType::e4m3, DType::i32, DType::i64};
+constexpr DType kAllTypes[] = {DType::f16, DType::bf16, DType::f32, DType::f64, DType::e4m3, DType::i32, DType::i64, DType::i8};
 
 bool from_dlpack_dtype(const nb::dlpack::dtype& t, DType* out) {
   if (t.lanes != 1) return false;
@@ -23,6 +23,7 @@ bool from_dlpack_dtype(const nb::dlpack::dtype& t, DType* out) {
   else if (t.code == kDLFloat8_e4m3fn && t.bits == 8) *out = DType::e4m3;
   else if (t.code == kDLInt && t.bits == 32) *out = DType::i32;
   else if (t.code == kDLInt && t.bits == 64) *out = DType::i64;
+  else if (t.code == kDLInt && t.bits == 8) *out = DType::i8;
   else return false;
   return true;
 }

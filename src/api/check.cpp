@@ -213,6 +213,14 @@ class Checker {
     companion_output(t, arg, layout, dims);
   }
 
+  // o's rounding residual: int8 [B,T,HQ,V], of a fp16 or bf16 o (fp32 and fp64 outputs have none to keep).
+  void residual(const Tensor& t, const AttentionProblem& p) const {
+    tensor(t, "o_residual", "[B,T,HQ,V]", {p.B, p.T, p.HQ, p.V});
+    dtype(t, "o_residual", {DType::i8});
+    require(q_.dtype == DType::f16 || q_.dtype == DType::bf16, "o_residual",
+            std::string("is kept for float16 and bfloat16 outputs only, got ") + dtype_name(q_.dtype));
+  }
+
   // Values of an index tensor when they can be read: on the host always, on the GPU when asked.
   bool readable(const Tensor& t, bool validate) const { return t.device == Device::cpu || validate; }
 
@@ -316,6 +324,11 @@ AttentionProblem check_forward(const ForwardArgs& a) {
     c.companion_output(a.lse, "lse", "[B,T,HQ]", {p.B, p.T, p.HQ});
     p.has_lse = true;
   }
+  if (a.o_residual.defined()) {
+    c.residual(a.o_residual, p);
+    c.output(a.o_residual, "o_residual");
+    p.has_o_residual = true;
+  }
   return p;
 }
 
@@ -330,6 +343,10 @@ AttentionProblem check_backward(const BackwardArgs& a) {
   c.tensor(a.dout, "dout", "[B,T,HQ,V]", {p.B, p.T, p.HQ, p.V});
   c.same_dtype(a.dout, "dout", a.q.dtype, "q");
   p.has_lse = true;
+  if (a.o_residual.defined()) {
+    c.residual(a.o_residual, p);
+    p.has_o_residual = true;
+  }
 
   c.typed_output(a.dq, "dq", "[B,T,HQ,K]", {p.B, p.T, p.HQ, p.K});
   c.typed_output(a.dk, "dk", "[B,T,H,K]", {p.B, p.T, p.H, p.K});

@@ -19,7 +19,7 @@ struct AttentionProblem {
   bool packed = false;
   float scale = 0;
   int64_t window = kNoWindow;
-  bool has_gate = false, has_sink = false, has_lse = false;
+  bool has_gate = false, has_sink = false, has_lse = false, has_o_residual = false;
   int64_t group() const { return HQ / H; }
 };
 

@@ -9,7 +9,7 @@ size_t dtype_size(DType t) {
     case DType::f16: case DType::bf16: return 2;
     case DType::f32: case DType::i32: return 4;
     case DType::f64: case DType::i64: return 8;
-    case DType::e4m3: return 1;
+    case DType::e4m3: case DType::i8: return 1;
   }
   return 0;
 }
@@ -23,6 +23,7 @@ const char* dtype_name(DType t) {
     case DType::e4m3: return "float8_e4m3fn";
     case DType::i32: return "int32";
     case DType::i64: return "int64";
+    case DType::i8: return "int8";
   }
   return "?";
 }

@@ -107,6 +107,7 @@ inline double load(const void* data, DType t, int64_t index) {
     case DType::e4m3: return e4m3_to_double(static_cast<const uint8_t*>(data)[index]);
     case DType::i32: return static_cast<const int32_t*>(data)[index];
     case DType::i64: return static_cast<double>(static_cast<const int64_t*>(data)[index]);
+    case DType::i8: return static_cast<const int8_t*>(data)[index];
   }
   return NAN;
 }
@@ -120,6 +121,7 @@ inline void store(void* data, DType t, int64_t index, double x) {
     case DType::e4m3: static_cast<uint8_t*>(data)[index] = double_to_e4m3(x); return;
     case DType::i32: static_cast<int32_t*>(data)[index] = static_cast<int32_t>(x); return;
     case DType::i64: static_cast<int64_t*>(data)[index] = static_cast<int64_t>(x); return;
+    case DType::i8: static_cast<int8_t*>(data)[index] = static_cast<int8_t>(x); return;
   }
 }
 

@@ -58,6 +58,9 @@ double tensor_bytes(DType dtype, std::initializer_list<double> shape, int64_t ro
 // The dtype of the fp32 companions (lse, g, sink, scales): float64 in the fp64 reference mode.
 DType companion_of(DType dtype) { return dtype == DType::f64 ? DType::f64 : DType::f32; }
 
+// The training path keeps o's rounding residual for fp16 / bf16 outputs (ForwardArgs::o_residual).
+bool keeps_residual(DType dtype) { return dtype == DType::f16 || dtype == DType::bf16; }
+
 }  // namespace
 
 OwnedTensor as_f64(const OwnedTensor& t) {
@@ -113,6 +116,7 @@ double AttentionConfig::host_bytes() const {
   double bytes = 2 * (tensor_bytes(dtype, {B, T, HQ, K}, row_pad) + tensor_bytes(dtype, {B, T, H, K}, row_pad) +
                       tensor_bytes(dtype, {B, T, H, V}, row_pad) + tensor_bytes(dtype, {B, T, HQ, V}, row_pad));
   bytes += tensor_bytes(f, {B, T, HQ});
+  if (keeps_residual(dtype)) bytes += tensor_bytes(DType::i8, {B, T, HQ, V}, row_pad);
   if (gate) bytes += 2 * tensor_bytes(f, {B, T, HQ});
   if (sink) bytes += 2 * tensor_bytes(f, {HQ});
   if (!packed.empty()) bytes += tensor_bytes(DType::i32, {static_cast<double>(packed.size()) + 1});
@@ -160,6 +164,7 @@ AttentionCase AttentionCase::random(const AttentionConfig& cfg, Rng& rng) {
   }
   c.o = OwnedTensor(cfg.dtype, {B, T, HQ, V}, Device::cpu, pad);
   c.lse = OwnedTensor(fdt, {B, T, HQ});
+  if (keeps_residual(cfg.dtype)) c.o_residual = OwnedTensor(DType::i8, {B, T, HQ, V}, Device::cpu, pad);
   c.dq = OwnedTensor(cfg.dtype, {B, T, HQ, K}, Device::cpu, pad);
   c.dk = OwnedTensor(cfg.dtype, {B, T, H, K}, Device::cpu, pad);
   c.dv = OwnedTensor(cfg.dtype, {B, T, H, V}, Device::cpu, pad);
@@ -172,6 +177,7 @@ AttentionCase AttentionCase::to(Device d) const {
   c.cfg = cfg;
   c.q = moved(q, d), c.k = moved(k, d), c.v = moved(v, d), c.g = moved(g, d), c.sink = moved(sink, d);
   c.cu_seqlens = moved(cu_seqlens, d), c.o = moved(o, d), c.lse = moved(lse, d), c.dout = moved(dout, d);
+  c.o_residual = moved(o_residual, d);
   c.dq = moved(dq, d), c.dk = moved(dk, d), c.dv = moved(dv, d), c.dg = moved(dg, d), c.dsink = moved(dsink, d);
   return c;
 }
@@ -188,12 +194,12 @@ AttentionCase AttentionCase::to_f64() const {
 }
 
 void AttentionCase::poison_outputs() {
-  for (OwnedTensor* t : {&o, &lse, &dq, &dk, &dv, &dg, &dsink}) poison_if(*t);
+  for (OwnedTensor* t : {&o, &lse, &o_residual, &dq, &dk, &dv, &dg, &dsink}) poison_if(*t);
 }
 
 ForwardArgs AttentionCase::forward_args() const {
   ForwardArgs a;
-  a.q = q.view(), a.k = k.view(), a.v = v.view(), a.o = o.view(), a.lse = lse.view();
+  a.q = q.view(), a.k = k.view(), a.v = v.view(), a.o = o.view(), a.lse = lse.view(), a.o_residual = o_residual.view();
   a.g = g.view(), a.sink = sink.view(), a.cu_seqlens = cu_seqlens.view();
   a.scale = cfg.scale;
   a.window = cfg.window;
@@ -203,6 +209,7 @@ ForwardArgs AttentionCase::forward_args() const {
 BackwardArgs AttentionCase::backward_args() const {
   BackwardArgs a;
   a.q = q.view(), a.k = k.view(), a.v = v.view(), a.o = o.view(), a.lse = lse.view(), a.dout = dout.view();
+  a.o_residual = o_residual.view();
   a.g = g.view(), a.sink = sink.view(), a.cu_seqlens = cu_seqlens.view();
   a.dq = dq.view(), a.dk = dk.view(), a.dv = dv.view(), a.dg = dg.view(), a.dsink = dsink.view();
   a.scale = cfg.scale;

@@ -38,6 +38,7 @@ struct AttentionCase {
   AttentionConfig cfg;
   OwnedTensor q, k, v, g, sink, cu_seqlens;  // inputs
   OwnedTensor o, lse;                        // forward outputs
+  OwnedTensor o_residual;                    // o's rounding residual (fp16 / bf16), as the training path keeps it
   OwnedTensor dout;                          // backward input
   OwnedTensor dq, dk, dv, dg, dsink;         // backward outputs
 
@@ -51,7 +52,7 @@ struct AttentionCase {
   void poison_outputs();
 
   ForwardArgs forward_args() const;
-  BackwardArgs backward_args() const;  // o and lse must hold a forward's result
+  BackwardArgs backward_args() const;  // o, lse (and o_residual) must hold a forward's result
 };
 
 // ---- decode ---------------------------------------------------------------------------------------------

@@ -160,13 +160,15 @@ void OwnedTensor::fill_index(const std::vector<int64_t>& values) {
 
 void OwnedTensor::poison() {
   if (buffer_.bytes() == 0) return;
-  // 0xFF bytes are NaN in every float format here (fp8 e4m3 S.1111.111 too) and -1 in integers.
+  // 0xFF bytes are NaN in every float format here (fp8 e4m3 S.1111.111 too) and -1 in integers; int8 (o's
+  // residual codes, -127..127) takes -128 instead, a code no kernel writes.
+  const int byte = view_.dtype == DType::i8 ? 0x80 : 0xff;
   if (view_.device == Device::cpu) {
-    std::memset(buffer_.data(), 0xff, buffer_.bytes());
+    std::memset(buffer_.data(), byte, buffer_.bytes());
     return;
   }
 #ifdef FLASHGATE_WITH_CUDA
-  detail::check_cuda(cudaMemset(buffer_.data(), 0xff, buffer_.bytes()), "cudaMemset");
+  detail::check_cuda(cudaMemset(buffer_.data(), byte, buffer_.bytes()), "cudaMemset");
 #endif
 }
 

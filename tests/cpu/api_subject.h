@@ -41,12 +41,12 @@ struct OpTraits;
 
 template <>
 struct OpTraits<ForwardArgs> {
-  static std::vector<std::string> outputs() { return {"o", "lse"}; }
+  static std::vector<std::string> outputs() { return {"o", "lse", "o_residual"}; }
   static constexpr const char* name = "attention_forward";
   static void run(const ForwardArgs& a, const Launch& l) { flashgate::attention_forward(a, l); }
   static std::vector<std::pair<const char*, Tensor*>> fields(ForwardArgs& a) {
-    return {{"q", &a.q}, {"k", &a.k}, {"v", &a.v}, {"o", &a.o}, {"lse", &a.lse},
-            {"g", &a.g}, {"sink", &a.sink}, {"cu_seqlens", &a.cu_seqlens}};
+    return {{"q", &a.q}, {"k", &a.k},       {"v", &a.v},       {"o", &a.o},         {"lse", &a.lse},
+            {"o_residual", &a.o_residual}, {"g", &a.g}, {"sink", &a.sink}, {"cu_seqlens", &a.cu_seqlens}};
   }
 };
 
@@ -58,6 +58,7 @@ struct OpTraits<BackwardArgs> {
   static std::vector<std::pair<const char*, Tensor*>> fields(BackwardArgs& a) {
     return {{"q", &a.q},     {"k", &a.k},   {"v", &a.v},           {"o", &a.o},   {"lse", &a.lse},
             {"dout", &a.dout}, {"g", &a.g}, {"sink", &a.sink},     {"cu_seqlens", &a.cu_seqlens},
+            {"o_residual", &a.o_residual},
             {"dq", &a.dq},   {"dk", &a.dk}, {"dv", &a.dv},         {"dg", &a.dg}, {"dsink", &a.dsink}};
   }
 };
@@ -95,7 +96,7 @@ struct OpTraits<PagedArgs> {
 inline NamedTensors named_tensors(const flashgate::harness::AttentionCase& c) {
   return {{"q", c.q},       {"k", c.k},   {"v", c.v},   {"g", c.g},   {"sink", c.sink}, {"cu_seqlens", c.cu_seqlens},
           {"o", c.o},       {"lse", c.lse}, {"dout", c.dout}, {"dq", c.dq}, {"dk", c.dk}, {"dv", c.dv},
-          {"dg", c.dg},     {"dsink", c.dsink}};
+          {"dg", c.dg},     {"dsink", c.dsink}, {"o_residual", c.o_residual}};
 }
 inline NamedTensors named_tensors(const flashgate::harness::DecodeCase& c) {
   return {{"q", c.q}, {"k", c.k}, {"v", c.v}, {"cu_seqlens", c.cu_seqlens}, {"g", c.g}, {"sink", c.sink}, {"o", c.o}};

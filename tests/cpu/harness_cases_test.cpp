@@ -42,15 +42,15 @@ TEST(HarnessCases, HostBytesCountTheCase) {
   for (const DType dtype : {DType::bf16, DType::f32, DType::f64}) {
     a.dtype = dtype;
     const AttentionCase c = AttentionCase::random(a, rng);
-    EXPECT_EQ(a.host_bytes(), storage({&c.q, &c.k, &c.v, &c.g, &c.sink, &c.cu_seqlens, &c.o, &c.lse, &c.dout, &c.dq,
-                                       &c.dk, &c.dv, &c.dg, &c.dsink}))
+    EXPECT_EQ(a.host_bytes(), storage({&c.q, &c.k, &c.v, &c.g, &c.sink, &c.cu_seqlens, &c.o, &c.lse, &c.o_residual,
+                                       &c.dout, &c.dq, &c.dk, &c.dv, &c.dg, &c.dsink}))
         << a.describe();
   }
   a.packed = {3, 0, 4};
   const AttentionCase packed = AttentionCase::random(a, rng);
   EXPECT_EQ(a.host_bytes(), storage({&packed.q, &packed.k, &packed.v, &packed.g, &packed.sink, &packed.cu_seqlens,
-                                     &packed.o, &packed.lse, &packed.dout, &packed.dq, &packed.dk, &packed.dv,
-                                     &packed.dg, &packed.dsink}));
+                                     &packed.o, &packed.lse, &packed.o_residual, &packed.dout, &packed.dq,
+                                     &packed.dk, &packed.dv, &packed.dg, &packed.dsink}));
 
   DecodeConfig d;
   d.gate = d.sink = true;

@@ -119,14 +119,18 @@ def test_strided_inputs(gen):
     ref.assert_close("dqkv", qkv.grad, leaf.grad, 1e-5, gen.seed)
 
 
-def test_opcheck_forward_and_backward(gen):
-    c = make_case(gen, torch.float32, "packed", "all")
-    args = (c["q"], c["k"], c["v"], c["g"], c["sink_bias"], c["cu_seqlens"], None, c["window_size"], False, "auto")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_opcheck_forward_and_backward(gen, dtype):
+    c = make_case(gen, dtype, "packed", "all")
+    args = (c["q"], c["k"], c["v"], c["g"], c["sink_bias"], c["cu_seqlens"], None, c["window_size"], False, "auto",
+            True)
     torch.library.opcheck(torch.ops.flashgate.attention_forward.default, args)
-    o, lse = torch.ops.flashgate.attention_forward(*args)
-    do = randn(gen, o.shape)
+    o, lse, residual = torch.ops.flashgate.attention_forward(*args)
+    assert residual.dtype == torch.int8
+    assert residual.shape == (o.shape if dtype == torch.bfloat16 else (0,))
+    do = randn(gen, o.shape).to(dtype)
     detached = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-    bargs = (do, *detached[:3], o.detach(), lse, *detached[3:6], None, c["window_size"], False, "auto")
+    bargs = (do, *detached[:3], o.detach(), lse, residual, *detached[3:6], None, c["window_size"], False, "auto")
     torch.library.opcheck(torch.ops.flashgate.attention_backward.default, bargs)
 
 

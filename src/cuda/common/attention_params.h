@@ -29,6 +29,8 @@ struct TokenHeadTensor {
 struct AttentionParams {
   TokenHeadTensor q, k, v, o;
   TokenHeadTensor lse;    // fp32, dim axis absent; data == nullptr when not requested
+  TokenHeadTensor o_residual;  // int8 like o: its rounding residual (common/o_residual.h); data == nullptr when not
+                               // requested
   TokenHeadTensor g;      // the caller's gate (fp32/fp16/bf16); kernels read gc instead
   const float* sink = nullptr;          // [HQ] or nullptr
   const void* cu_seqlens = nullptr;     // [N+1] int32/int64, nullptr when dense
@@ -50,6 +52,7 @@ struct AttentionParams {
   // Row alignment in bytes (16, 8, 4 or 2) of q, k, v and o: tile loaders need 16; inputs below it are
   // repacked (row_repack.h), outputs below it are stored element by element.
   int q_width = 16, k_width = 16, v_width = 16, o_width = 16;
+  int o_residual_width = 16;  // the same of o_residual: 2-byte pairs of codes need 2
 
   // Gate prefix sums of batch b, query head h, indexed by the token index (global when packed).
   FG_HOST_DEVICE const float* gc_row(int64_t b, int64_t h) const { return gc + (b * HQ + h) * T; }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/o_residual.h"
 #include "cuda/common/element_type.h"
 
 namespace flashgate::cuda {
@@ -51,6 +52,33 @@ struct PScale {
     else return dp - d_over_factor;
   }
 };
+
+// o's rounding residual (common/o_residual.h) in T's format; fp32 keeps none (its codes are 0).
+template <class T>
+__device__ __forceinline__ int8_t residual_code(float exact, float rounded) {
+  if constexpr (std::is_same_v<T, __half>) return residual::encode(exact, rounded, residual::kF16);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return residual::encode(exact, rounded, residual::kBf16);
+  else return 0;
+}
+template <class T>
+__device__ __forceinline__ float residual_value(int8_t code, float rounded) {
+  if constexpr (std::is_same_v<T, __half>) return residual::decode(code, rounded, residual::kF16);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return residual::decode(code, rounded, residual::kBf16);
+  else return 0.f;
+}
+
+// Stores the residual codes of two adjacent output values (`exact` fp32, `rounded` as stored) at dst[0..1]:
+// one 16-bit store where dst is 2-byte aligned (`pair`), else `n` (1 or 2) byte stores.
+template <class T>
+__device__ __forceinline__ void store_residual_pair(int8_t* dst, float2 exact, float2 rounded, bool pair, int n = 2) {
+  const int8_t c0 = residual_code<T>(exact.x, rounded.x), c1 = residual_code<T>(exact.y, rounded.y);
+  if (pair && n == 2) {
+    *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(static_cast<uint8_t>(c0) | static_cast<uint8_t>(c1) << 8);
+  } else {
+    dst[0] = c0;
+    if (n == 2) dst[1] = c1;
+  }
+}
 
 // A value of a float tensor whose dtype is only known at run time (gates may come as fp32, fp16 or bf16).
 __device__ __forceinline__ float load_as_float(const void* base, int64_t index, ElementType dtype) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/common/attention_params.h"
+#include "cuda/common/element.h"
 #include "cuda/common/online_softmax.h"
 #include "cuda/common/visibility.h"
 #include "cuda/hopper/forward.h"
@@ -232,14 +233,21 @@ class Consumer {
   // This consumer's first value column block of the V tile `v` ([kV/64][BN][64]).
   __device__ __forceinline__ static const T* my_columns(const T* v) { return v + kCol0 / 64 * BN * 64; }
 
-  // Output row `row` (local position; this thread's half `half`), scaled, into its columns from kCol0.
+  // Output row `row` (local position; this thread's half `half`), scaled, into its columns from kCol0; and its
+  // rounding residual where asked.
   __device__ __forceinline__ void store_row(int half, int row, float scale) {
-    T* dst = p_.o.template row<T>(batch_, start_ + row, h_) + kCol0 + 2 * (lane_ % 4);
+    const int col = kCol0 + 2 * (lane_ % 4);
+    T* dst = p_.o.template row<T>(batch_, start_ + row, h_) + col;
+    int8_t* res = p_.o_residual.data ? p_.o_residual.template row<int8_t>(batch_, start_ + row, h_) + col : nullptr;
+    const bool pairs = p_.o_residual_width >= 2;
 #pragma unroll
     for (int j = 0; j < kOCols / 8; ++j)
-      if (kCol0 + 8 * j < p_.V)  // columns past V are the bucket's padding
-        *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-            ptx::pack2<T>(o_[4 * j + 2 * half] * scale, o_[4 * j + 2 * half + 1] * scale);
+      if (kCol0 + 8 * j < p_.V) {  // columns past V are the bucket's padding
+        const float2 x = {o_[4 * j + 2 * half] * scale, o_[4 * j + 2 * half + 1] * scale};
+        const uint32_t packed = ptx::pack2<T>(x.x, x.y);
+        *reinterpret_cast<uint32_t*>(dst + 8 * j) = packed;
+        if (res) store_residual_pair<T>(res + 8 * j, x, ptx::unpack2<T>(packed), pairs);
+      }
   }
 
   __device__ __forceinline__ bool prescaled() const { return gc_ != nullptr || !(p_.scale_log2 > 0.f); }

@@ -68,6 +68,8 @@ AttentionParams make_attention_params(const ForwardArgs& a, const detail::Attent
   AttentionParams r = make_attention_params(a.q, a.k, a.v, a.g, a.sink, a.cu_seqlens, p);
   r.o = token_head_view(a.o);
   r.o_width = row_copy_width(a.o);
+  r.o_residual = token_head_view(a.o_residual);
+  r.o_residual_width = row_copy_width(a.o_residual);
   r.lse = token_head_view(a.lse);
   r.has_lse = p.has_lse;
   return r;

@@ -70,6 +70,8 @@ BackwardParams make_params(const BackwardArgs& args, const detail::AttentionProb
   p.a = cuda::make_attention_params(args.q, args.k, args.v, args.g, args.sink, args.cu_seqlens, prob);
   p.a.o = cuda::token_head_view(args.o);
   p.a.o_width = cuda::row_copy_width(args.o);
+  p.a.o_residual = cuda::token_head_view(args.o_residual);
+  p.a.o_residual_width = cuda::row_copy_width(args.o_residual);
   p.a.lse = cuda::token_head_view(args.lse);
   p.a.has_lse = true;
   p.dout = cuda::token_head_view(args.dout);

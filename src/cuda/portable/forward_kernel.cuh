@@ -336,6 +336,7 @@ class ForwardBlock {
         for (int j = 0; j < kVT; ++j)
           *reinterpret_cast<uint32_t*>(dst + j * 8) =
               ptx::pack2<T>(o[mt][j][2 * half] * r.o_scale, o[mt][j][2 * half + 1] * r.o_scale);
+        if (p_.o_residual.data && row < w_.rows) store_residual_row(row, o[mt], half, r.o_scale);
       }
     __syncwarp();
     const int rows_here = min(MT * 16, w_.rows - warp_row0_);
@@ -343,6 +344,20 @@ class ForwardBlock {
     T* dst = p_.o.template row<T>(w_.seq.batch, w_.seq.start + w_.m0 + warp_row0_, w_.h) + w_.v0;
     store_rows(dst, p_.o.token_stride, sQ_ + warp_row0_ * Tile::kQStride, Tile::kQStride, rows_here, w_.v_width,
                p_.o_width, lane_, 32);
+  }
+
+  // The rounding residual of this thread's columns of `row` (tile row) from its accumulators (SPEC §7's D).
+  __device__ __forceinline__ void store_residual_row(int row, const float (&o)[kVT][4], int half, float scale) {
+    const int col = (lane_ % 4) * 2;
+    int8_t* res = p_.o_residual.template row<int8_t>(w_.seq.batch, w_.seq.start + w_.m0 + row, w_.h) + w_.v0 + col;
+    const bool pairs = p_.o_residual_width >= 2;
+#pragma unroll
+    for (int j = 0; j < kVT; ++j) {
+      const int n = min(2, w_.v_width - (col + j * 8));  // columns of this chunk left in V
+      if (n <= 0) continue;
+      const float2 x = {o[j][2 * half] * scale, o[j][2 * half + 1] * scale};
+      store_residual_pair<T>(res + j * 8, x, ptx::unpack2<T>(ptx::pack2<T>(x.x, x.y)), pairs, n);
+    }
   }
 
   const AttentionParams& p_;

@@ -96,6 +96,15 @@ __global__ void __launch_bounds__(kWarps * 32) forward_simple_kernel(const __gri
       const int d = lane + 32 * r;
       if (d < p.V) o[d] = from_float<T>(acc[r] * res.o_scale);
     }
+    if (p.o_residual.data) {
+      int8_t* code = p.o_residual.row<int8_t>(seq.batch, seq.start + i, h);
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        const int d = lane + 32 * r;
+        const float x = acc[r] * res.o_scale;
+        if (d < p.V) code[d] = residual_code<T>(x, to_float(from_float<T>(x)));
+      }
+    }
     if (p.has_lse && lane == 0) *p.lse.row<float>(seq.batch, seq.start + i, h) = res.lse;
   }
 }
