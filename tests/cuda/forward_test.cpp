@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/o_residual.h"
 #include "flashgate/flashgate.h"
 #include "harness/cases.h"
 #include "support/compare.h"
@@ -57,6 +58,10 @@ void check_forward(const AttentionConfig& cfg, bool with_lse = true) {
     flashgate::harness::device_synchronize();
     const double tol = tolerance_for(cfg);
     fgtest::expect_close("o", dev.o, host.o, tol);
+    if (dev.o_residual.defined()) {  // fp16 / bf16: every code written (the poison, -128, is none)
+      const std::vector<double> codes = dev.o_residual.values();
+      for (size_t i = 0; i < codes.size(); ++i) ASSERT_GE(codes[i], -127) << "o_residual element " << i << " unwritten";
+    }
     if (with_lse) {
       fgtest::expect_close("lse", dev.lse, host.lse, tol);
     } else {
@@ -245,6 +250,53 @@ INSTANTIATE_TEST_SUITE_P(Heads, ForwardMatrix, ::testing::ValuesIn(head_cases())
 INSTANTIATE_TEST_SUITE_P(Shapes, ForwardMatrix, ::testing::ValuesIn(shape_cases()), param_name);
 INSTANTIATE_TEST_SUITE_P(Fp32, ForwardMatrix, ::testing::ValuesIn(fp32_cases()), param_name);
 
+// ---- o's rounding residual ---------------------------------------------------------------------------------
+
+// With every score equal (q = 0) each P is exactly 1, so a kernel's fp32 o is the running mean of v to fp32's
+// rounding: o plus its residual (ForwardArgs::o_residual) must match the fp64 result to a few 2^-8 of o's ulp,
+// where o alone is off by up to half an ulp. Every bucket, both dtypes, dense and packed, sink and window.
+TEST(ForwardResidual, RecoversTheFp32Output) {
+  FLASHGATE_REQUIRE_GPU();
+  const std::pair<int64_t, int64_t> dims[] = {{64, 64}, {128, 128}, {192, 128}, {256, 256}, {512, 512}, {40, 24}};
+  int n = 0;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (const auto& [K, V] : dims) {
+      AttentionConfig cfg = base(dtype, K, V);
+      cfg.heads = 4, cfg.kv_heads = 2;
+      if (++n % 2) cfg.packed = {70, 0, 131, 5};
+      else cfg.batch = 2, cfg.seqlen = 200;
+      cfg.sink = n % 3 == 0;
+      if (n % 4 == 1) cfg.window = 33;
+      const uint64_t seed = flashgate::harness::fresh_seed();
+      SCOPED_TRACE(seed_note(seed, cfg));
+      flashgate::harness::Rng rng(seed);
+      AttentionCase host = AttentionCase::random(cfg, rng);
+      host.q.fill(0.0);
+      AttentionCase exact = host.to_f64(), dev = host.to(Device::cuda);
+      flashgate::attention_forward(exact.forward_args(), on(Backend::cpu));
+      const std::vector<double> want = exact.o.values();
+      const flashgate::residual::Format format =
+          dtype == DType::f16 ? flashgate::residual::kF16 : flashgate::residual::kBf16;
+      for (Backend b : fgtest::cuda_backends_for(dev.forward_args())) {
+        SCOPED_TRACE(fgtest::backend_note(b));
+        dev.poison_outputs();
+        flashgate::attention_forward(dev.forward_args(), on(b));
+        flashgate::harness::device_synchronize();
+        const std::vector<double> o = dev.o.values(), codes = dev.o_residual.values();
+        std::vector<double> fixed(o.size());
+        for (size_t i = 0; i < o.size(); ++i) {
+          ASSERT_GE(codes[i], -127) << "o_residual element " << i << " unwritten";
+          const float rounded = static_cast<float>(o[i]);
+          fixed[i] = o[i] + flashgate::residual::decode(static_cast<int8_t>(codes[i]), rounded, format);
+        }
+        const double plain = flashgate::harness::relative_rms(o, want);
+        const double corrected = flashgate::harness::relative_rms(fixed, want);
+        EXPECT_GT(plain, 1e-4) << "the case does not tell the residual apart";
+        EXPECT_LT(corrected, 2e-5) << "o alone: " << plain;
+      }
+    }
+}
+
 // ---- limits of the grid and of 32-bit indexing ------------------------------------------------------------
 
 TEST(ForwardLimits, BatchTimesHeadsAbove65535) {
@@ -281,7 +333,8 @@ TEST(ForwardLimits, OffsetsBeyond2To31Elements) {
   const size_t big_bytes = static_cast<size_t>(T * HQ * D) * 2;
   size_t free_bytes = 0, total_bytes = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
-  if (free_bytes < 2 * big_bytes + (size_t{1} << 30)) GTEST_SKIP() << "needs ~" << (2 * big_bytes >> 30) << " GiB of GPU memory";
+  if (free_bytes < 5 * big_bytes / 2 + (size_t{1} << 30))
+    GTEST_SKIP() << "needs ~" << (5 * big_bytes / 2 >> 30) << " GiB of GPU memory";
 
   AttentionConfig cfg = base(DType::bf16, D, D);
   cfg.seqlen = T, cfg.heads = 1, cfg.kv_heads = 1;
@@ -294,7 +347,8 @@ TEST(ForwardLimits, OffsetsBeyond2To31Elements) {
 
   // The big q, o (and g, lse) with the case in head HQ-1; k and v are the case's own (one kv head).
   AttentionCase dev = host.to(Device::cuda);
-  flashgate::harness::Buffer q_big(Device::cuda, big_bytes), o_big(Device::cuda, big_bytes);
+  flashgate::harness::Buffer q_big(Device::cuda, big_bytes), o_big(Device::cuda, big_bytes),
+      residual_big(Device::cuda, big_bytes / 2);
   flashgate::harness::Buffer g_big(Device::cuda, static_cast<size_t>(T * HQ) * 4),
       lse_big(Device::cuda, static_cast<size_t>(T * HQ) * 4);
   ASSERT_EQ(cudaMemset(q_big.data(), 0, big_bytes), cudaSuccess);
@@ -311,9 +365,11 @@ TEST(ForwardLimits, OffsetsBeyond2To31Elements) {
   a.o = flashgate::make_tensor(o_big.data(), DType::bf16, {1, T, HQ, D}, Device::cuda);
   a.g = flashgate::make_tensor(g_big.data(), DType::f32, {1, T, HQ}, Device::cuda);
   a.lse = flashgate::make_tensor(lse_big.data(), DType::f32, {1, T, HQ}, Device::cuda);
+  a.o_residual = flashgate::make_tensor(residual_big.data(), DType::i8, {1, T, HQ, D}, Device::cuda);
   for (Backend b : fgtest::cuda_backends_for(a)) {
     SCOPED_TRACE(fgtest::backend_note(b));
     ASSERT_EQ(cudaMemset(o_big.data(), 0xff, big_bytes), cudaSuccess);
+    ASSERT_EQ(cudaMemset(residual_big.data(), 0x80, big_bytes / 2), cudaSuccess);  // -128: no kernel writes it
     flashgate::attention_forward(a, on(b));
     flashgate::harness::device_synchronize();
 
@@ -325,6 +381,12 @@ TEST(ForwardLimits, OffsetsBeyond2To31Elements) {
     ASSERT_EQ(cudaMemcpy2D(lse_last.view().data, 4, lse_src, HQ * 4, 4, T, cudaMemcpyDeviceToHost), cudaSuccess);
     fgtest::expect_close("o (last head)", o_last, host.o, 0.005);
     fgtest::expect_close("lse (last head)", lse_last, host.lse, 0.005);
+    OwnedTensor residual_last(DType::i8, {1, T, 1, D});
+    auto* residual_src = static_cast<char*>(residual_big.data()) + (HQ - 1) * D;
+    ASSERT_EQ(cudaMemcpy2D(residual_last.view().data, D, residual_src, HQ * D, D, T, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    const std::vector<double> codes = residual_last.values();
+    for (size_t i = 0; i < codes.size(); ++i) ASSERT_GE(codes[i], -127) << "o_residual element " << i << " unwritten";
   }
 }
 

@@ -407,7 +407,7 @@ def _forward_args(rng, **over):
     ({"cu_seqlens_float": True}, TypeError, r"cu_seqlens: dtype must be one of \{int32, int64\}"),
     ({"q": "head_stride"}, ValueError, r"q: .*must be contiguous"),
     ({"q": "list"}, TypeError, r"q: expected a numpy array"),
-    ({"q": "int8"}, TypeError, r"q: unsupported dtype int8"),
+    ({"q": "int16"}, TypeError, r"q: unsupported dtype int16"),
     ({"g": "shape"}, ValueError, r"g: expected shape \[B,T,HQ\]"),
     ({"sink_bias": "shape"}, ValueError, r"sink: expected shape \[HQ\]"),
     ({"backend": "tpu"}, ValueError, r"unknown backend 'tpu'"),
@@ -425,7 +425,7 @@ def test_forward_errors(rng, case, error, message):
             c["v"] = randn(rng, (1, 12, 3, 8), np.float32)
     elif key == "q":
         c["q"] = {"head_stride": np.asfortranarray(c["q"]), "list": c["q"].tolist(),
-                  "int8": c["q"].astype(np.int8)}[val]
+                  "int16": c["q"].astype(np.int16)}[val]
     elif key == "cu_seqlens":
         kwargs["cu_seqlens"] = np.array(val, dtype=np.int32)
     elif key == "cu_seqlens_float":

@@ -56,7 +56,24 @@ struct ForwardTile {
   static constexpr uint32_t kHandoffBytes = 2 * (kPBytes + kPScaleBytes) + kPScaleBytes;
   static constexpr uint32_t kStagesEnd = kQBytes + kStages * (kKBytes + kVBytes + kGateBytes);
   static constexpr uint32_t kHandoffAt = (kStagesEnd + 1023) / 1024 * 1024;  // P's swizzle needs 1024-byte alignment
-  static constexpr size_t smem_bytes() { return (kSplitV ? kHandoffAt + kHandoffBytes : kStagesEnd) + 1024; }
+  // Where shared memory allows, a consumer's epilogue stages its 64 output rows (o and their residual codes, or
+  // the codes only) and two producer warps store them to global memory as whole row chunks: stored from the
+  // accumulators' fragments, the rows' partial sector writes held a consumer (and the other, waiting for its turn)
+  // for a large part of a short item. Padding (16 bytes an o row, 8 a code row) keeps the fragments' writes free
+  // of bank conflicts.
+  static constexpr uint32_t kOutPitch = kV * 2 + 16, kCodesPitch = kV + 8;
+  static constexpr uint32_t kOutStageAt = (kStagesEnd + 15) / 16 * 16;
+  static constexpr bool stage_fits(uint32_t per_consumer) {
+    return !kSplitV && kOutStageAt + kConsumers * per_consumer + 1024 <= 227 * 1024;
+  }
+  static constexpr bool kStageO = stage_fits(64 * (kOutPitch + kCodesPitch));
+  static constexpr bool kStageCodes = stage_fits(64 * kCodesPitch);
+  static constexpr uint32_t kCodesAt = kStageO ? 64 * kOutPitch : 0;  // in a consumer's staging rows
+  static constexpr uint32_t kOutStageBytes = kStageCodes ? kCodesAt + 64 * kCodesPitch : 0;
+  static constexpr size_t smem_bytes() {
+    return (kSplitV ? kHandoffAt + kHandoffBytes : kStageCodes ? kOutStageAt + kConsumers * kOutStageBytes : kStagesEnd) +
+           1024;
+  }
   static_assert(kK % 64 == 0 && kV % 64 == 0 && kK <= 512 && kV <= 512, "head-dim buckets of the Hopper forward");
   static_assert(!kSplitV || (kConsumers == 2 && BN <= 64), "split V: two consumers, P in one swizzled block");
   static_assert(smem_bytes() <= 227 * 1024, "the Hopper forward's stages exceed shared memory");

@@ -48,6 +48,17 @@ class Turns {
   const int me_;
 };
 
+// What of the output rows leaves through the staging rows (ForwardTile::kStageO, kStageCodes): o where its rows
+// take 16-byte chunks, the residual codes where asked and their rows take 8-byte chunks.
+struct OutputPlan {
+  bool o = false, codes = false;
+  __device__ __forceinline__ bool any() const { return o || codes; }
+};
+template <class Tile>
+__device__ __forceinline__ OutputPlan output_plan(const AttentionParams& a) {
+  return {Tile::kStageO && a.o_width >= 16, Tile::kStageCodes && a.o_residual.data && a.o_residual_width >= 8};
+}
+
 // A consumer warpgroup's verbs. kCol0: the first output column it accumulates (split V: consumer 1 takes the upper
 // half; it only issues P V from shared memory and stores, consumer 0 does the rest).
 template <class T, int kK, int kV, int kCol0 = 0>
@@ -203,21 +214,22 @@ class Consumer {
     }
   }
 
-  // Normalises and stores the output rows and lse. Split V: consumer 0 also hands each row's output scale to
-  // consumer 1 (`o_scale`, by tile row), which stores its columns with them (epilogue_with).
-  __device__ __forceinline__ void epilogue(float* o_scale = nullptr) {
+  // Normalises the output rows and stores them (and their residual codes) and lse; what `plan` stages goes to this
+  // consumer's staging rows `stage` instead, for the storer warps. Split V: consumer 0 also hands each row's output
+  // scale to consumer 1 (`o_scale`, by tile row), which stores its columns with them (epilogue_with).
+  __device__ __forceinline__ void epilogue(float* o_scale = nullptr, OutputPlan plan = {},
+                                           unsigned char* stage = nullptr) {
     const float sink = p_.has_sink ? p_.sink[h_] : 0.f;
-    const int c = lane_ % 4;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row0_ + tile_row() + 8 * half;  // local position
       float max2 = rows_[half].max2;
       if (gc_ && row < len_ && max2 != -INFINITY) max2 += (gc_[row] - g_ref_) * kLog2e;
       const RowResult r = finish_row(max2, quad_sum(rows_[half].sum), p_.has_sink, sink);
-      if (o_scale && c == 0) o_scale[tile_row() + 8 * half] = r.o_scale;
+      if (o_scale && lane_ % 4 == 0) o_scale[tile_row() + 8 * half] = r.o_scale;
       if (row >= len_) continue;
-      if (p_.has_lse && c == 0) *p_.lse.template row<float>(batch_, start_ + row, h_) = r.lse;
-      store_row(half, row, r.o_scale);
+      if (p_.has_lse && lane_ % 4 == 0) *p_.lse.template row<float>(batch_, start_ + row, h_) = r.lse;
+      write_row(half, row, r.o_scale, plan, stage);
     }
   }
 
@@ -225,7 +237,7 @@ class Consumer {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = row0_ + tile_row() + 8 * half;
-      if (row < len_) store_row(half, row, o_scale[tile_row() + 8 * half]);
+      if (row < len_) write_row(half, row, o_scale[tile_row() + 8 * half], {}, nullptr);
     }
   }
 
@@ -233,20 +245,24 @@ class Consumer {
   // This consumer's first value column block of the V tile `v` ([kV/64][BN][64]).
   __device__ __forceinline__ static const T* my_columns(const T* v) { return v + kCol0 / 64 * BN * 64; }
 
-  // Output row `row` (local position; this thread's half `half`), scaled, into its columns from kCol0; and its
-  // rounding residual where asked.
-  __device__ __forceinline__ void store_row(int half, int row, float scale) {
-    const int col = kCol0 + 2 * (lane_ % 4);
+  // Output row `row` (local position; this thread's half `half`), scaled, into its columns from kCol0, and its
+  // residual codes where asked: each to global memory, or where `plan` says to the staging rows `stage`.
+  __device__ __forceinline__ void write_row(int half, int row, float scale, OutputPlan plan, unsigned char* stage) {
+    const int col = kCol0 + 2 * (lane_ % 4), r = tile_row() + 8 * half;
     T* dst = p_.o.template row<T>(batch_, start_ + row, h_) + col;
-    int8_t* res = p_.o_residual.data ? p_.o_residual.template row<int8_t>(batch_, start_ + row, h_) + col : nullptr;
-    const bool pairs = p_.o_residual_width >= 2;
+    unsigned char* staged = stage + r * Tile::kOutPitch + col * 2;
+    const bool codes = p_.o_residual.data != nullptr, pairs = p_.o_residual_width >= 2;
+    int8_t* res = plan.codes ? reinterpret_cast<int8_t*>(stage + Tile::kCodesAt + r * Tile::kCodesPitch + col)
+                  : codes    ? p_.o_residual.template row<int8_t>(batch_, start_ + row, h_) + col
+                             : nullptr;
 #pragma unroll
     for (int j = 0; j < kOCols / 8; ++j)
       if (kCol0 + 8 * j < p_.V) {  // columns past V are the bucket's padding
         const float2 x = {o_[4 * j + 2 * half] * scale, o_[4 * j + 2 * half + 1] * scale};
         const uint32_t packed = ptx::pack2<T>(x.x, x.y);
-        *reinterpret_cast<uint32_t*>(dst + 8 * j) = packed;
-        if (res) store_residual_pair<T>(res + 8 * j, x, ptx::unpack2<T>(packed), pairs);
+        *reinterpret_cast<uint32_t*>(plan.o ? static_cast<void*>(staged + 16 * j) : static_cast<void*>(dst + 8 * j)) =
+            packed;
+        if (codes) store_residual_pair<T>(res + 8 * j, x, ptx::unpack2<T>(packed), plan.codes || pairs);
       }
   }
 

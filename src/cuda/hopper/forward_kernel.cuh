@@ -61,8 +61,11 @@ struct Stages : Ring<ForwardTile<kK, kV>::kStages> {
 
   unsigned char* base;
   uint64_t* bars;  // q_full, q_empty, then per stage k_full, k_empty, v_full, v_empty, g_full, g_empty; split V:
-                   // per P buffer p_full, p_empty, then scales_full, scales_empty
-  static constexpr int kBarriers = 2 + 6 * kS + (Tile::kSplitV ? 6 : 0);
+                   // per P buffer p_full, p_empty, then scales_full, scales_empty; staged output: per consumer
+                   // out_full, then per consumer out_empty
+  static constexpr int kBarriers =
+      2 + 6 * kS + (Tile::kSplitV ? 6 : 0) + (Tile::kStageCodes ? 2 * Tile::kConsumers : 0);
+  static constexpr int kStorers = 64;  // producer warps 2 and 3
 
   template <class T>
   __device__ __forceinline__ T* q() const { return reinterpret_cast<T*>(base); }
@@ -76,6 +79,13 @@ struct Stages : Ring<ForwardTile<kK, kV>::kStages> {
   __device__ __forceinline__ float* gate(int s) const {
     return reinterpret_cast<float*>(base + Tile::kQBytes + kS * (Tile::kKBytes + Tile::kVBytes)) + s * Tile::BN;
   }
+  // Consumer c's output staging rows (Tile::kStageO, kStageCodes): written by the consumer, stored by the storer
+  // warps.
+  __device__ __forceinline__ unsigned char* out_stage(int c) const {
+    return base + Tile::kOutStageAt + c * Tile::kOutStageBytes;
+  }
+  __device__ __forceinline__ uint64_t* out_full(int c) const { return bars + 2 + 6 * kS + c; }
+  __device__ __forceinline__ uint64_t* out_empty(int c) const { return bars + 2 + 6 * kS + Tile::kConsumers + c; }
   __device__ __forceinline__ uint64_t* q_full() const { return bars; }
   __device__ __forceinline__ uint64_t* q_empty() const { return bars + 1; }
   __device__ __forceinline__ uint64_t* k_full(int s) const { return bars + 2 + s; }
@@ -115,6 +125,9 @@ struct Stages : Ring<ForwardTile<kK, kV>::kStages> {
         ptx::barrier_init(p_full(b), kHandoffArrivals), ptx::barrier_init(p_empty(b), kHandoffArrivals);
       ptx::barrier_init(scales_full(), kHandoffArrivals), ptx::barrier_init(scales_empty(), kHandoffArrivals);
     }
+    if (Tile::kStageCodes)
+      for (int c = 0; c < Tile::kConsumers; ++c)
+        ptx::barrier_init(out_full(c), 128), ptx::barrier_init(out_empty(c), kStorers);
     ptx::fence_barrier_init();
   }
 };
@@ -169,6 +182,45 @@ __device__ __forceinline__ void stage_gate(const AttentionParams& a, const Stage
       dst[j] = col < w.seq.len ? (gc[col] - g_ref) * kLog2e : 0.f;
     }
     ptx::barrier_arrive(st.g_full(s));
+  }
+}
+
+// The storer warps (64 threads), per item: each consumer's staged rows that lie in the sequence to o (16-byte
+// chunks) and o_residual (8-byte chunks), as `plan` staged them. A thread keeps one chunk column and steps down the
+// rows, so that its loop holds one pointer and one stride (these warps have 32-40 registers). `items`: the CTA's
+// earlier items.
+template <class T, int kK, int kV>
+__device__ __forceinline__ void store_outputs(const AttentionParams& a, const Stages<kK, kV>& st, const Work& w,
+                                              OutputPlan plan, uint32_t items) {
+  using Tile = ForwardTile<kK, kV>;
+  constexpr int kStorers = Stages<kK, kV>::kStorers;
+  constexpr int kChunks = kV / 8;  // 16-byte chunks of an o row, 8-byte ones of a code row (past V: padding)
+  constexpr int kRowStep = kStorers / kChunks;
+  static_assert(kStorers % kChunks == 0, "a storer keeps its chunk column");
+  const int t = static_cast<int>(threadIdx.x) - 64, ch = t % kChunks, first = t / kChunks;
+  const bool column = ch < a.V / 8;
+#pragma unroll 1
+  for (int c = 0; c < Tile::kConsumers; ++c) {
+    const unsigned char* stage = st.out_stage(c);
+    const int row0 = w.m0 + 64 * c, rows = min(64, w.seq.len - row0);
+    ptx::barrier_wait(st.out_full(c), items & 1);
+    if (column && plan.o) {
+      unsigned char* o = reinterpret_cast<unsigned char*>(a.o.template row<T>(w.seq.batch, w.seq.start + row0 + first,
+                                                                              w.h)) + 16 * ch;
+      const int64_t step = a.o.token_stride * static_cast<int64_t>(sizeof(T)) * kRowStep;
+#pragma unroll 1
+      for (int r = first; r < rows; r += kRowStep, o += step)
+        *reinterpret_cast<uint4*>(o) = *reinterpret_cast<const uint4*>(stage + r * Tile::kOutPitch + 16 * ch);
+    }
+    if (column && plan.codes) {
+      int8_t* codes = a.o_residual.template row<int8_t>(w.seq.batch, w.seq.start + row0 + first, w.h) + 8 * ch;
+      const int64_t step = a.o_residual.token_stride * kRowStep;
+      const unsigned char* src = stage + Tile::kCodesAt + 8 * ch;
+#pragma unroll 1
+      for (int r = first; r < rows; r += kRowStep, codes += step)
+        *reinterpret_cast<uint2*>(codes) = *reinterpret_cast<const uint2*>(src + r * Tile::kCodesPitch);
+    }
+    ptx::barrier_arrive(st.out_empty(c));
   }
 }
 
@@ -338,6 +390,13 @@ __global__ void __launch_bounds__(ForwardTile<kK, kV>::kThreads, 1)
         detail::stage_gate(p.a, st, w, ring);
         ring += w.blocks;
       });
+    } else if (warp >= 2 && detail::output_plan<Tile>(p.a).any()) {
+      const detail::OutputPlan plan = detail::output_plan<Tile>(p.a);
+      uint32_t items = 0;
+      detail::for_each_work<Tile::BM, Tile::BN>(p, sched, [&](const detail::Work& w) {
+        if (!w.valid) return;
+        detail::store_outputs<T>(p.a, st, w, plan, items++);
+      });
     }
     return;
   }
@@ -355,15 +414,24 @@ __global__ void __launch_bounds__(ForwardTile<kK, kV>::kThreads, 1)
     });
   } else {
     const detail::Turns<Tile::kConsumers> turns(ptx::warpgroup_index() - 1);
-    uint32_t ring = 0, tiles = 0;
+    const detail::OutputPlan plan = detail::output_plan<Tile>(p.a);
+    uint32_t ring = 0, tiles = 0, items = 0;
     detail::for_each_work<Tile::BM, Tile::BN>(p, sched, [&](const detail::Work& w) {
       if (!w.valid) return;
-      detail::Consumer<T, kK, kV> consumer(p.a, w, ptx::warpgroup_index() - 1, st.template q<T>());
+      const int me = ptx::warpgroup_index() - 1;
+      detail::Consumer<T, kK, kV> consumer(p.a, w, me, st.template q<T>());
       if (w.blocks > 0) {
         detail::consume(consumer, st, turns, w, ring, tiles, p.a.window, [](uint32_t, const auto&, float2) {});
         ring += w.blocks, ++tiles;
       }
-      consumer.epilogue();
+      if (plan.any()) {
+        Ring<1>::wait_free(st.out_empty(me), items);  // the storers have the previous item's rows out
+        consumer.epilogue(nullptr, plan, st.out_stage(me));
+        ptx::barrier_arrive(st.out_full(me));
+      } else {
+        consumer.epilogue();
+      }
+      ++items;
     });
     turns.finish();
   }
