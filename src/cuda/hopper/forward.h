@@ -59,24 +59,29 @@ struct ForwardTile {
   // Where shared memory allows, a consumer's epilogue stages its 64 output rows (o and their residual codes, or
   // the codes only) and two producer warps store them to global memory as whole row chunks: stored from the
   // accumulators' fragments, the rows' partial sector writes held a consumer (and the other, waiting for its turn)
-  // for a large part of a short item. Padding (16 bytes an o row, 8 a code row) keeps the fragments' writes free
-  // of bank conflicts.
-  static constexpr uint32_t kOutPitch = kV * 2 + 16, kCodesPitch = kV + 8;
+  // for a large part of a short item. o rows are padded by 16 bytes and code rows swizzled (8-byte chunk c of row r
+  // at c ^ (r % 8)), which keeps the fragments' writes free of bank conflicts.
+  static constexpr uint32_t kOutPitch = kV * 2 + 16;
   static constexpr uint32_t kOutStageAt = (kStagesEnd + 15) / 16 * 16;
+  static constexpr uint32_t kStaticSmem = 256;  // the kernel's barriers, beside the dynamic buffer
   static constexpr bool stage_fits(uint32_t per_consumer) {
-    return !kSplitV && kOutStageAt + kConsumers * per_consumer + 1024 <= 227 * 1024;
+    return !kSplitV && kOutStageAt + kConsumers * per_consumer + 1024 + kStaticSmem <= 227 * 1024;
   }
-  static constexpr bool kStageO = stage_fits(64 * (kOutPitch + kCodesPitch));
-  static constexpr bool kStageCodes = stage_fits(64 * kCodesPitch);
+  static constexpr bool kStageO = stage_fits(64 * (kOutPitch + kV));
+  static constexpr bool kStageCodes = stage_fits(64 * kV);
   static constexpr uint32_t kCodesAt = kStageO ? 64 * kOutPitch : 0;  // in a consumer's staging rows
-  static constexpr uint32_t kOutStageBytes = kStageCodes ? kCodesAt + 64 * kCodesPitch : 0;
+  static constexpr uint32_t kOutStageBytes = kStageCodes ? kCodesAt + 64 * kV : 0;
+  // The byte of a consumer's staging rows that holds the code of row r, column c.
+  FG_HOST_DEVICE static constexpr uint32_t codes_at(int r, int c) {
+    return kCodesAt + r * kV + ((c / 8) ^ (r % 8)) * 8 + c % 8;
+  }
   static constexpr size_t smem_bytes() {
     return (kSplitV ? kHandoffAt + kHandoffBytes : kStageCodes ? kOutStageAt + kConsumers * kOutStageBytes : kStagesEnd) +
            1024;
   }
   static_assert(kK % 64 == 0 && kV % 64 == 0 && kK <= 512 && kV <= 512, "head-dim buckets of the Hopper forward");
   static_assert(!kSplitV || (kConsumers == 2 && BN <= 64), "split V: two consumers, P in one swizzled block");
-  static_assert(smem_bytes() <= 227 * 1024, "the Hopper forward's stages exceed shared memory");
+  static_assert(smem_bytes() + kStaticSmem <= 227 * 1024, "the Hopper forward's stages exceed shared memory");
 };
 
 // The head-dim bucket pairs that have kernels, and the pair a problem's (K, V) runs in (0, 0: none).

@@ -214,11 +214,43 @@ class Consumer {
     }
   }
 
-  // Normalises the output rows and stores them (and their residual codes) and lse; what `plan` stages goes to this
-  // consumer's staging rows `stage` instead, for the storer warps. Split V: consumer 0 also hands each row's output
-  // scale to consumer 1 (`o_scale`, by tile row), which stores its columns with them (epilogue_with).
-  __device__ __forceinline__ void epilogue(float* o_scale = nullptr, OutputPlan plan = {},
-                                           unsigned char* stage = nullptr) {
+  // Normalises the output rows and stores them (and their residual codes) and lse. Split V: consumer 0 also hands
+  // each row's output scale to consumer 1 (`o_scale`, by tile row), which stores its columns with them
+  // (epilogue_with).
+  __device__ __forceinline__ void epilogue(float* o_scale = nullptr) {
+    finish_rows([&](int half, int row, float scale) { write_row<false, false>(half, row, scale, nullptr); },
+                o_scale);
+  }
+
+  // The same with what `plan` stages written to this consumer's staging rows `stage`, for the storer warps. Each
+  // combination is its own code, so that every store is a plain shared or global one.
+  __device__ __forceinline__ void epilogue(OutputPlan plan, unsigned char* stage) {
+    if constexpr (Tile::kStageO) {
+      if (plan.o && plan.codes)
+        return finish_rows([&](int half, int row, float s) { write_row<true, true>(half, row, s, stage); });
+      if (plan.o) return finish_rows([&](int half, int row, float s) { write_row<true, false>(half, row, s, stage); });
+    }
+    if constexpr (Tile::kStageCodes)
+      if (plan.codes)
+        return finish_rows([&](int half, int row, float s) { write_row<false, true>(half, row, s, stage); });
+    epilogue();
+  }
+
+  __device__ __forceinline__ void epilogue_with(const float* o_scale) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0_ + tile_row() + 8 * half;
+      if (row < len_) write_row<false, false>(half, row, o_scale[tile_row() + 8 * half], nullptr);
+    }
+  }
+
+ private:
+  // This consumer's first value column block of the V tile `v` ([kV/64][BN][64]).
+  __device__ __forceinline__ static const T* my_columns(const T* v) { return v + kCol0 / 64 * BN * 64; }
+
+  // Each row's end (online_softmax.h) and its lse; `out(half, row, scale)` writes the rows in the sequence.
+  template <class Out>
+  __device__ __forceinline__ void finish_rows(Out&& out, float* o_scale = nullptr) {
     const float sink = p_.has_sink ? p_.sink[h_] : 0.f;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -229,40 +261,31 @@ class Consumer {
       if (o_scale && lane_ % 4 == 0) o_scale[tile_row() + 8 * half] = r.o_scale;
       if (row >= len_) continue;
       if (p_.has_lse && lane_ % 4 == 0) *p_.lse.template row<float>(batch_, start_ + row, h_) = r.lse;
-      write_row(half, row, r.o_scale, plan, stage);
+      out(half, row, r.o_scale);
     }
   }
-
-  __device__ __forceinline__ void epilogue_with(const float* o_scale) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = row0_ + tile_row() + 8 * half;
-      if (row < len_) write_row(half, row, o_scale[tile_row() + 8 * half], {}, nullptr);
-    }
-  }
-
- private:
-  // This consumer's first value column block of the V tile `v` ([kV/64][BN][64]).
-  __device__ __forceinline__ static const T* my_columns(const T* v) { return v + kCol0 / 64 * BN * 64; }
 
   // Output row `row` (local position; this thread's half `half`), scaled, into its columns from kCol0, and its
-  // residual codes where asked: each to global memory, or where `plan` says to the staging rows `stage`.
-  __device__ __forceinline__ void write_row(int half, int row, float scale, OutputPlan plan, unsigned char* stage) {
+  // residual codes where asked: o into the staging rows `stage` (kO) or to global memory, the codes likewise
+  // (kCodes; Tile::codes_at says where in the staging rows).
+  template <bool kO, bool kCodes>
+  __device__ __forceinline__ void write_row(int half, int row, float scale, unsigned char* stage) {
     const int col = kCol0 + 2 * (lane_ % 4), r = tile_row() + 8 * half;
     T* dst = p_.o.template row<T>(batch_, start_ + row, h_) + col;
-    unsigned char* staged = stage + r * Tile::kOutPitch + col * 2;
-    const bool codes = p_.o_residual.data != nullptr, pairs = p_.o_residual_width >= 2;
-    int8_t* res = plan.codes ? reinterpret_cast<int8_t*>(stage + Tile::kCodesAt + r * Tile::kCodesPitch + col)
-                  : codes    ? p_.o_residual.template row<int8_t>(batch_, start_ + row, h_) + col
-                             : nullptr;
+    int8_t* res = p_.o_residual.data ? p_.o_residual.template row<int8_t>(batch_, start_ + row, h_) + col : nullptr;
+    const bool pairs = p_.o_residual_width >= 2;
 #pragma unroll
     for (int j = 0; j < kOCols / 8; ++j)
       if (kCol0 + 8 * j < p_.V) {  // columns past V are the bucket's padding
         const float2 x = {o_[4 * j + 2 * half] * scale, o_[4 * j + 2 * half + 1] * scale};
         const uint32_t packed = ptx::pack2<T>(x.x, x.y);
-        *reinterpret_cast<uint32_t*>(plan.o ? static_cast<void*>(staged + 16 * j) : static_cast<void*>(dst + 8 * j)) =
-            packed;
-        if (codes) store_residual_pair<T>(res + 8 * j, x, ptx::unpack2<T>(packed), plan.codes || pairs);
+        if constexpr (kO) *reinterpret_cast<uint32_t*>(stage + r * Tile::kOutPitch + 2 * (col + 8 * j)) = packed;
+        else *reinterpret_cast<uint32_t*>(dst + 8 * j) = packed;
+        if constexpr (kCodes)
+          store_residual_pair<T>(reinterpret_cast<int8_t*>(stage + Tile::codes_at(r, col + 8 * j)), x,
+                                 ptx::unpack2<T>(packed), true);
+        else if (res)
+          store_residual_pair<T>(res + 8 * j, x, ptx::unpack2<T>(packed), pairs);
       }
   }
 

@@ -215,10 +215,9 @@ __device__ __forceinline__ void store_outputs(const AttentionParams& a, const St
     if (column && plan.codes) {
       int8_t* codes = a.o_residual.template row<int8_t>(w.seq.batch, w.seq.start + row0 + first, w.h) + 8 * ch;
       const int64_t step = a.o_residual.token_stride * kRowStep;
-      const unsigned char* src = stage + Tile::kCodesAt + 8 * ch;
 #pragma unroll 1
       for (int r = first; r < rows; r += kRowStep, codes += step)
-        *reinterpret_cast<uint2*>(codes) = *reinterpret_cast<const uint2*>(src + r * Tile::kCodesPitch);
+        *reinterpret_cast<uint2*>(codes) = *reinterpret_cast<const uint2*>(stage + Tile::codes_at(r, 8 * ch));
     }
     ptx::barrier_arrive(st.out_empty(c));
   }
@@ -426,7 +425,7 @@ __global__ void __launch_bounds__(ForwardTile<kK, kV>::kThreads, 1)
       }
       if (plan.any()) {
         Ring<1>::wait_free(st.out_empty(me), items);  // the storers have the previous item's rows out
-        consumer.epilogue(nullptr, plan, st.out_stage(me));
+        consumer.epilogue(plan, st.out_stage(me));
         ptx::barrier_arrive(st.out_full(me));
       } else {
         consumer.epilogue();
