@@ -73,6 +73,8 @@ shape:    --batch N  --seqlen T  --heads HQ  --kv-heads H  --head-dim K  --v-dim
 features: --gate  --sink  --window W  --scale S
           --fp8 per-tensor|per-token   paged: fp8 e4m3 KV cache with fp32 scales
           --deterministic      backward: bitwise reproducible gradients
+          --no-residual        forward / backward, fp16 / bf16: without o's rounding residual (the forward as an
+                               inference call runs it; the backward's D from o alone)
 run:      --dtype bf16|fp16|fp32  --backend B (below)  --iters N  --seed S  --no-check
 )") + backends_help() + R"(bench:    runs the rows of bench/rows.txt (flashgate alone; bench/run.py compares with peers)
 exit:     0 passed, 1 error above tolerance, 2 bad usage, 3 library error (incl. no device, too little memory)
@@ -220,6 +222,8 @@ RunOptions parse_run_options(const std::vector<std::string>& args) {
       *s->second = true;
     } else if (a == "--no-check") {
       o.check = false;
+    } else if (a == "--no-residual") {
+      o.residual = false;
     } else if (auto v = valued.find(a); v != valued.end()) {
       if (i + 1 >= args.size()) throw UsageError{a + ": needs a value"};
       v->second(args[++i]);
@@ -232,6 +236,8 @@ RunOptions parse_run_options(const std::vector<std::string>& args) {
     throw UsageError{"--packed and --batch > 1 exclude each other (packed sequences have batch 1)"};
   if (!o.fp8.empty() && o.op != Op::paged) throw UsageError{"--fp8 applies to --op paged only"};
   if (o.deterministic && o.op != Op::backward) throw UsageError{"--deterministic applies to --op backward only"};
+  if (!o.residual && o.op != Op::forward && o.op != Op::backward)
+    throw UsageError{"--no-residual applies to --op forward and backward only"};
   return o;
 }
 

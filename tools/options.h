@@ -21,7 +21,7 @@ struct RunOptions {
   int64_t block_size = 16;
   DType dtype = DType::bf16;
   Backend backend = Backend::automatic;
-  bool gate = false, sink = false, deterministic = false, check = true;
+  bool gate = false, sink = false, deterministic = false, check = true, residual = true;
   std::optional<int64_t> window;
   std::optional<float> scale;
   std::string fp8;  // "", "per-tensor", "per-token"

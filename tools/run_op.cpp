@@ -176,6 +176,7 @@ harness::AttentionConfig attention_config(const RunOptions& o, bool gpu) {
   c.packed = o.packed;
   c.dtype = o.dtype;
   c.gate = o.gate, c.sink = o.sink, c.window = o.window, c.scale = o.scale, c.deterministic = o.deterministic;
+  c.residual = o.residual;
   return c;
 }
 

@@ -116,7 +116,7 @@ double AttentionConfig::host_bytes() const {
   double bytes = 2 * (tensor_bytes(dtype, {B, T, HQ, K}, row_pad) + tensor_bytes(dtype, {B, T, H, K}, row_pad) +
                       tensor_bytes(dtype, {B, T, H, V}, row_pad) + tensor_bytes(dtype, {B, T, HQ, V}, row_pad));
   bytes += tensor_bytes(f, {B, T, HQ});
-  if (keeps_residual(dtype)) bytes += tensor_bytes(DType::i8, {B, T, HQ, V}, row_pad);
+  if (residual && keeps_residual(dtype)) bytes += tensor_bytes(DType::i8, {B, T, HQ, V}, row_pad);
   if (gate) bytes += 2 * tensor_bytes(f, {B, T, HQ});
   if (sink) bytes += 2 * tensor_bytes(f, {HQ});
   if (!packed.empty()) bytes += tensor_bytes(DType::i32, {static_cast<double>(packed.size()) + 1});
@@ -134,6 +134,7 @@ std::string AttentionConfig::describe() const {
   if (scale) s << " scale" << *scale;
   if (row_pad) s << " strided";
   if (deterministic) s << " deterministic";
+  if (!residual && keeps_residual(dtype)) s << " no-residual";
   return s.str();
 }
 
@@ -164,7 +165,7 @@ AttentionCase AttentionCase::random(const AttentionConfig& cfg, Rng& rng) {
   }
   c.o = OwnedTensor(cfg.dtype, {B, T, HQ, V}, Device::cpu, pad);
   c.lse = OwnedTensor(fdt, {B, T, HQ});
-  if (keeps_residual(cfg.dtype)) c.o_residual = OwnedTensor(DType::i8, {B, T, HQ, V}, Device::cpu, pad);
+  if (cfg.residual && keeps_residual(cfg.dtype)) c.o_residual = OwnedTensor(DType::i8, {B, T, HQ, V}, Device::cpu, pad);
   c.dq = OwnedTensor(cfg.dtype, {B, T, HQ, K}, Device::cpu, pad);
   c.dk = OwnedTensor(cfg.dtype, {B, T, H, K}, Device::cpu, pad);
   c.dv = OwnedTensor(cfg.dtype, {B, T, H, V}, Device::cpu, pad);

@@ -23,6 +23,7 @@ struct AttentionConfig {
   std::optional<float> scale;
   int64_t row_pad = 0;  // >0: every tensor gets padded rows (non-contiguous strides)
   bool deterministic = false;
+  bool residual = true;  // fp16 / bf16: keep o's rounding residual for the backward, as the training path does
 
   int64_t B() const { return packed.empty() ? batch : 1; }
   int64_t T() const;
