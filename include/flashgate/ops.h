@@ -111,6 +111,8 @@ struct PagedArgs {
 struct SliceForwardArgs {
   Tensor q, k, v;
   Tensor o, lse;
+  Tensor o_residual;      // optional int8 like o: its rounding residual (as ForwardArgs::o_residual), for a merge
+                          // that keeps o's fp32 value
   Tensor gate_q, gate_k;  // optional: both or neither
   Tensor sink;            // optional [HQ]
   int64_t q_start = 0, k_start = 0;

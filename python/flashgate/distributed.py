@@ -182,16 +182,35 @@ def _slice_pairs(mine: List[int], c: int, bounds: List[int], window: Optional[in
             yield pair, k_chunks[pair[5]], v_chunks[pair[5]]
 
 
-def _slice_forward(q, k, v, gate_q, gate_k, sink, q_start, k_start, scale, window, backend):
+def _keeps_residual(ctx, q: Tensor) -> bool:
+    """Whether the forward keeps o's rounding residual: fp16 / bf16, and a backward will follow."""
+    return q.dtype in (torch.float16, torch.bfloat16) and any(ctx.needs_input_grad[:5])
+
+
+def _residual_value(codes: Tensor, o: Tensor) -> Tensor:
+    """o's rounding residual (float32) from its int8 codes: the decoding rule of src/common/o_residual.h."""
+    mantissa_bits = 7 if o.dtype == torch.bfloat16 else 10
+    bits = o.float().view(torch.int32)
+    e = ((bits >> 23) & 0xFF) - 127
+    # Rounded up onto a power of two (a negative code): the code counts in the binade below.
+    on_power_of_two = ((bits >> (23 - mantissa_bits)) & ((1 << mantissa_bits) - 1)) == 0
+    k = e - (on_power_of_two & (codes < 0)).to(torch.int32) - mantissa_bits - 8
+    value = torch.where(k < -126, torch.zeros_like(bits, dtype=torch.float32), torch.ldexp(codes.float(), k))
+    return torch.where(bits < 0, -value, value)
+
+
+def _slice_forward(q, k, v, gate_q, gate_k, sink, q_start, k_start, scale, window, backend, keep_residual):
+    """(o, lse, o's residual codes or None) of one slice pair."""
     B, Tq, HQ = q.shape[:3]
     o = _empty((B, Tq, HQ, v.shape[-1]), q.dtype, q.device)
     lse = _empty((B, Tq, HQ), _companion_dtype(q.dtype), q.device)
+    residual = _empty(o.shape, torch.int8, q.device) if keep_residual else None
     stream, _, _, device = _launch(q)
     with device:
-        _C.attention_forward_slice(_dl(q), _dl(k), _dl(v), _dl(o), _dl(lse), gate_q=_dl(gate_q),
-                                   gate_k=_dl(gate_k), sink=_dl(sink), q_start=q_start, k_start=k_start,
-                                   scale=scale, window=window, backend=backend, stream=stream)
-    return o, lse
+        _C.attention_forward_slice(_dl(q), _dl(k), _dl(v), _dl(o), _dl(lse), o_residual=_dl(residual),
+                                   gate_q=_dl(gate_q), gate_k=_dl(gate_k), sink=_dl(sink), q_start=q_start,
+                                   k_start=k_start, scale=scale, window=window, backend=backend, stream=stream)
+    return o, lse, residual
 
 
 def _slice_backward(q, k, v, do, lse, D, gate_q, gate_k, sink, q_start, k_start, scale, window, backend):
@@ -210,14 +229,28 @@ def _slice_backward(q, k, v, do, lse, D, gate_q, gate_k, sink, q_start, k_start,
     return dq, dk, dv, dgq, dgk, dsink
 
 
-def _merge_into(o_acc: Tensor, lse_acc: Tensor, rows: slice, o: Tensor, lse: Tensor):
-    """The LSE rule for one part covering `rows` of the accumulators (in place; rows that see nothing stay 0)."""
+def _merge_into(o_acc: Tensor, lse_acc: Tensor, rows: slice, o: Tensor, lse: Tensor, residual: Optional[Tensor]):
+    """The LSE rule for one part covering `rows` of the accumulators (in place; rows that see nothing stay 0); o
+    with its residual where the slice kept it."""
     old = lse_acc[:, rows]
     new = torch.logaddexp(old, lse)
     safe = torch.where(torch.isinf(new), torch.zeros_like(new), new)
-    o_acc[:, rows] = (o_acc[:, rows] * torch.exp(old - safe).unsqueeze(-1) +
-                      o.to(o_acc.dtype) * torch.exp(lse - safe).unsqueeze(-1))
+    part = o.to(o_acc.dtype) if residual is None else o.to(o_acc.dtype) + _residual_value(residual, o).to(o_acc.dtype)
+    o_acc[:, rows] = o_acc[:, rows] * torch.exp(old - safe).unsqueeze(-1) + part * torch.exp(lse - safe).unsqueeze(-1)
     lse_acc[:, rows] = new
+
+
+def _output_and_rest(o_acc: Tensor, dtype: torch.dtype, keep_residual: bool) -> Tuple[Tensor, Optional[Tensor]]:
+    """The merged output in its dtype and, where kept, what rounding took off it (in the same dtype: o + rest holds
+    o to 8 more bits), for the backward's D."""
+    o = o_acc.to(dtype)
+    return o, (o_acc - o.to(o_acc.dtype)).to(dtype) if keep_residual else None
+
+
+def _row_dot(o: Tensor, rest: Optional[Tensor], do: Tensor, fp: torch.dtype) -> Tensor:
+    """D = rowsum(o * do) of the merged output (with what its rounding took off, where kept)."""
+    full = o.to(fp) if rest is None else o.to(fp) + rest.to(fp)
+    return (full * do.to(fp)).sum(-1)
 
 
 def _gate_prefix(g: Tensor, c: int, mine: List[int], fp, group, world: int) -> Tensor:
@@ -291,18 +324,19 @@ class _RingAttn(torch.autograd.Function):
         mine = _chunks_of(rank, world)
         fp = _companion_dtype(q.dtype)
         G = _gate_prefix(g, c, mine, fp, group, world) if g is not None else None
+        keep = _keeps_residual(ctx, q)
         o_acc = torch.zeros(tuple(q.shape[:3]) + (v.shape[-1],), dtype=fp, device=q.device)
         lse_acc = torch.full(tuple(q.shape[:3]), float("-inf"), dtype=fp, device=q.device)
 
         def attend(holder: int, kh: Tensor, vh: Tensor, Gh: Optional[Tensor]):
             """Every local query chunk against the key chunks of rank `holder` (its shards kh, vh, Gh) it sees."""
             for local, kl, j, rows, keys in _held_pairs(mine, c, bounds, window, holder, world):
-                o, lse = _slice_forward(
+                o, lse, residual = _slice_forward(
                     q[:, local].contiguous(), kh[:, kl].contiguous(), vh[:, kl].contiguous(),
                     G[:, local].contiguous() if G is not None else None,
                     Gh[:, kl].contiguous() if Gh is not None else None,
-                    sink if j == 0 else None, rows.start, keys.start, scale, window, backend)
-                _merge_into(o_acc, lse_acc, local, o, lse)
+                    sink if j == 0 else None, rows.start, keys.start, scale, window, backend, keep)
+                _merge_into(o_acc, lse_acc, local, o, lse, residual)
 
         ring, held, holder = _Ring(group, world, rank), [k, v] + ([G] if G is not None else []), rank
         for step in range(world):
@@ -310,8 +344,8 @@ class _RingAttn(torch.autograd.Function):
             attend(holder, held[0], held[1], held[2] if G is not None else None)
             if pending is not None:
                 held, holder = _Ring.finish(pending), (holder - 1) % world
-        o, lse = o_acc.to(q.dtype), lse_acc
-        ctx.save_for_backward(q, k, v, o, lse, G, sink)
+        (o, rest), lse = _output_and_rest(o_acc, q.dtype, keep), lse_acc
+        ctx.save_for_backward(q, k, v, o, rest, lse, G, sink)
         ctx.layout = (world, rank, c, g.dtype if g is not None else None, bounds)
         ctx.scale, ctx.window, ctx.group, ctx.backend = scale, window, group, backend
         ctx.mark_non_differentiable(lse)
@@ -321,12 +355,12 @@ class _RingAttn(torch.autograd.Function):
     def backward(ctx, do, dlse):
         del dlse
         world, rank, c, g_dtype, bounds = ctx.layout
-        q, k, v, o, lse, G, sink = ctx.saved_tensors
+        q, k, v, o, rest, lse, G, sink = ctx.saved_tensors
         gated = G is not None
         mine = _chunks_of(rank, world)
         fp = _companion_dtype(q.dtype)
         do = do.contiguous()
-        D = (o.to(fp) * do.to(fp)).sum(-1)
+        D = _row_dot(o, rest, do, fp)
         dq = torch.zeros_like(q, dtype=fp)
         dGq = torch.zeros_like(G) if gated else None
         dsink = torch.zeros_like(sink, dtype=fp) if sink is not None else None
@@ -426,19 +460,20 @@ class _AllGatherAttn(torch.autograd.Function):
         G_all = _segmented(torch.cat(_all_gather_chunks(g.to(fp), group, world), dim=1), bounds, False) \
             if g is not None else None
         ka, va = _Arriving(k, fetch, group, world, rank), _Arriving(v, fetch, group, world, rank)
+        keep = _keeps_residual(ctx, q)
         o_acc = torch.zeros(tuple(q.shape[:3]) + (v.shape[-1],), dtype=fp, device=q.device)
         lse_acc = torch.full(tuple(q.shape[:3]), float("-inf"), dtype=fp, device=q.device)
         for (i, a, j, s0, rows, b, keys), kb, vb in _slice_pairs(mine, c, bounds, window, ka, va):
             local = slice(i * c + rows.start - a * c, i * c + rows.stop - a * c)
             kl = slice(keys.start - b * c, keys.stop - b * c)
-            o, lse = _slice_forward(
+            o, lse, residual = _slice_forward(
                 q[:, local].contiguous(), kb[:, kl].contiguous(), vb[:, kl].contiguous(),
                 G_all[:, rows.start:rows.stop].contiguous() if g is not None else None,
                 G_all[:, keys.start:keys.stop].contiguous() if g is not None else None,
-                sink if j == 0 else None, rows.start - s0, keys.start - s0, scale, window, backend)
-            _merge_into(o_acc, lse_acc, local, o, lse)
-        o, lse = o_acc.to(q.dtype), lse_acc
-        ctx.save_for_backward(q, k, v, o, lse, G_all, sink)
+                sink if j == 0 else None, rows.start - s0, keys.start - s0, scale, window, backend, keep)
+            _merge_into(o_acc, lse_acc, local, o, lse, residual)
+        (o, rest), lse = _output_and_rest(o_acc, q.dtype, keep), lse_acc
+        ctx.save_for_backward(q, k, v, o, rest, lse, G_all, sink)
         ctx.layout = (world, rank, c, g.dtype if g is not None else None, bounds)
         ctx.scale, ctx.window, ctx.group, ctx.backend = scale, window, group, backend
         ctx.mark_non_differentiable(lse)
@@ -448,12 +483,12 @@ class _AllGatherAttn(torch.autograd.Function):
     def backward(ctx, do, dlse):
         del dlse
         world, rank, c, g_dtype, bounds = ctx.layout
-        q, k, v, o, lse, G_all, sink = ctx.saved_tensors
+        q, k, v, o, rest, lse, G_all, sink = ctx.saved_tensors
         gated = G_all is not None
         mine = _chunks_of(rank, world)
         fp = _companion_dtype(q.dtype)
         do = do.contiguous()
-        D = (o.to(fp) * do.to(fp)).sum(-1)
+        D = _row_dot(o, rest, do, fp)
         fetch = _key_fetch(world, rank, c, bounds, ctx.window, ctx.group)
         ka, va = _Arriving(k, fetch, ctx.group, world, rank), _Arriving(v, fetch, ctx.group, world, rank)
         read = fetch.needed[rank] if fetch is not None else range(2 * world)  # the chunks with gradient shares here

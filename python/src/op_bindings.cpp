@@ -274,18 +274,19 @@ void bind_ops(nb::module_& m) {
   // ---- the slice ops (context parallelism) -------------------------------------------------------------
   m.def(
       "attention_forward_slice",
-      [](nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, nb::handle gate_q,
-         nb::handle gate_k, nb::handle sink, int64_t q_start, int64_t k_start, OptScale scale, OptWindow window,
-         const std::string& backend, uintptr_t stream) {
+      [](nb::handle q, nb::handle k, nb::handle v, nb::handle o, nb::handle lse, nb::handle o_residual,
+         nb::handle gate_q, nb::handle gate_k, nb::handle sink, int64_t q_start, int64_t k_start, OptScale scale,
+         OptWindow window, const std::string& backend, uintptr_t stream) {
         TensorScope s("attention_forward_slice");
         SliceForwardArgs a;
         slice_inputs(s, {q, k, v, gate_q, gate_k, sink}, q_start, k_start, scale, window, a);
         a.o = s.output(o, "o");
         a.lse = s.output(lse, "lse");
+        a.o_residual = s.output(o_residual, "o_residual");
         run_slice(a, backend, stream, &attention_forward_slice);
       },
       "q"_a.none(), "k"_a.none(), "v"_a.none(), "o"_a.none(), "lse"_a.none(), nb::kw_only(),
-      "gate_q"_a = none, "gate_k"_a = none, "sink"_a = none, "q_start"_a = 0, "k_start"_a = 0, "scale"_a = none,
+      "o_residual"_a = none, "gate_q"_a = none, "gate_k"_a = none, "sink"_a = none, "q_start"_a = 0, "k_start"_a = 0, "scale"_a = none,
       "window"_a = none, "backend"_a = "auto", "stream"_a = 0,
       "Context parallelism: a slice of queries (positions q_start..) against a slice of keys (k_start..); o and lse "
       "of the pair's own softmax, to merge by the LSE rule. gate_q / gate_k: the cumulative gates at the slices' "

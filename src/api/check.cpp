@@ -213,9 +213,9 @@ class Checker {
     companion_output(t, arg, layout, dims);
   }
 
-  // o's rounding residual: int8 [B,T,HQ,V], of a fp16 or bf16 o (fp32 and fp64 outputs have none to keep).
-  void residual(const Tensor& t, const AttentionProblem& p) const {
-    tensor(t, "o_residual", "[B,T,HQ,V]", {p.B, p.T, p.HQ, p.V});
+  // o's rounding residual: int8 shaped as o, of a fp16 or bf16 o (fp32 and fp64 outputs have none to keep).
+  void residual(const Tensor& t, const char* layout, std::initializer_list<int64_t> dims) const {
+    tensor(t, "o_residual", layout, dims);
     dtype(t, "o_residual", {DType::i8});
     require(q_.dtype == DType::f16 || q_.dtype == DType::bf16, "o_residual",
             std::string("is kept for float16 and bfloat16 outputs only, got ") + dtype_name(q_.dtype));
@@ -325,7 +325,7 @@ AttentionProblem check_forward(const ForwardArgs& a) {
     p.has_lse = true;
   }
   if (a.o_residual.defined()) {
-    c.residual(a.o_residual, p);
+    c.residual(a.o_residual, "[B,T,HQ,V]", {p.B, p.T, p.HQ, p.V});
     c.output(a.o_residual, "o_residual");
     p.has_o_residual = true;
   }
@@ -344,7 +344,7 @@ AttentionProblem check_backward(const BackwardArgs& a) {
   c.same_dtype(a.dout, "dout", a.q.dtype, "q");
   p.has_lse = true;
   if (a.o_residual.defined()) {
-    c.residual(a.o_residual, p);
+    c.residual(a.o_residual, "[B,T,HQ,V]", {p.B, p.T, p.HQ, p.V});
     p.has_o_residual = true;
   }
 
@@ -399,6 +399,10 @@ SliceProblem check_forward_slice(const SliceForwardArgs& a) {
       check_slice_inputs(c, a.q, a.k, a.v, a.gate_q, a.gate_k, a.sink, a.q_start, a.k_start, a.scale, a.window);
   c.typed_output(a.o, "o", "[B,Tq,HQ,V]", {p.B, p.Tq, p.HQ, p.V});
   c.companion_output(a.lse, "lse", "[B,Tq,HQ]", {p.B, p.Tq, p.HQ});
+  if (a.o_residual.defined()) {
+    c.residual(a.o_residual, "[B,Tq,HQ,V]", {p.B, p.Tq, p.HQ, p.V});
+    c.output(a.o_residual, "o_residual");
+  }
   return p;
 }
 

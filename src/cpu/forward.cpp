@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/o_residual.h"
 #include "cpu/attention_core.h"
 #include "cpu/host_tensor.h"
 #include "cpu/parallel.h"
@@ -24,7 +23,6 @@ struct ForwardJob {
 
 void attention_forward(const ForwardArgs& a, const detail::AttentionProblem& p) {
   const HostTensor q(a.q), k(a.k), v(a.v), o(a.o), lse(a.lse), o_residual(a.o_residual), g(a.g), sink(a.sink);
-  const residual::Format format = a.q.dtype == DType::f16 ? residual::kF16 : residual::kBf16;
   const std::vector<Sequence> seqs = attention_sequences(a.cu_seqlens, p);
   const ScoreRule rule{p.scale, p.window, 1.0};
   const int64_t G = p.group(), K = p.K, V = p.V;
@@ -68,12 +66,7 @@ void attention_forward(const ForwardArgs& a, const detail::AttentionProblem& p) 
       for (int64_t r = 0; r < rows; ++r) {
         o.store_row(&out[r * V], V, s.batch, s.start + pos[r], h);
         if (p.has_lse) lse.set(row_lse[r], s.batch, s.start + pos[r], h);
-        if (p.has_o_residual)
-          for (int64_t d = 0; d < V; ++d) {
-            const double stored = o.get(s.batch, s.start + pos[r], h, d);
-            const float exact = static_cast<float>(out[r * V + d]);
-            o_residual.set(residual::encode(exact, static_cast<float>(stored), format), s.batch, s.start + pos[r], h, d);
-          }
+        if (p.has_o_residual) store_residual_row(o, o_residual, &out[r * V], V, s.batch, s.start + pos[r], h);
       }
     }
   });

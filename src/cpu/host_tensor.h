@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/host_dtype.h"
+#include "common/o_residual.h"
 #include "flashgate/tensor.h"
 
 namespace flashgate::cpu {
@@ -64,5 +65,15 @@ class HostTensor {
 
   Tensor t_;
 };
+
+// The rounding residual codes (common/o_residual.h) of output row (b, t, h), stored in o as its dtype rounded `exact`.
+inline void store_residual_row(const HostTensor& o, const HostTensor& codes, const double* exact, int64_t n, int64_t b,
+                               int64_t t, int64_t h) {
+  const residual::Format format = o.dtype() == DType::f16 ? residual::kF16 : residual::kBf16;
+  for (int64_t d = 0; d < n; ++d) {
+    const float stored = static_cast<float>(o.get(b, t, h, d));
+    codes.set(residual::encode(static_cast<float>(exact[d]), stored, format), b, t, h, d);
+  }
+}
 
 }  // namespace flashgate::cpu

@@ -52,6 +52,7 @@ void load_head(const HostTensor& q, const HostTensor& gate_q, const HostTensor& 
 
 void attention_forward_slice(const SliceForwardArgs& a, const detail::SliceProblem& p) {
   const HostTensor q(a.q), k(a.k), v(a.v), o(a.o), lse(a.lse), gate_q(a.gate_q), gate_k(a.gate_k), sink(a.sink);
+  const HostTensor o_residual(a.o_residual);
   const ScoreRule rule{p.scale, p.window, 1.0};
   const int64_t G = p.group();
   parallel_for(p.B * p.H, [&](int64_t job) {
@@ -67,6 +68,7 @@ void attention_forward_slice(const SliceForwardArgs& a, const detail::SliceProbl
       for (int64_t i = 0; i < p.Tq; ++i) {
         o.store_row(&out[i * p.V], p.V, b, i, h);
         lse.set(row_lse[i], b, i, h);
+        if (o_residual.present()) store_residual_row(o, o_residual, &out[i * p.V], p.V, b, i, h);
       }
     }
   });

@@ -234,6 +234,39 @@ def test_context_parallel_on_the_gpu(case, mode):
                        start_method="spawn")
 
 
+def run_dominant_key(rank, world, port, seed, mode):
+    """bf16 on the CPU backend, a key 8 above the rest: every later row's mass sits on it, where D from the merged o
+    rounded to bf16 misses SPEC 7 (dS = P (dP - D) cancels to D's error); with the slices' residuals merged and the
+    merged o's rest kept, D is the fp32 merge's."""
+    from flashgate import distributed as cp
+
+    import torch_reference as ref
+
+    with process_group(rank, world, port):
+        gen = torch.Generator().manual_seed(seed)
+        B, T, HQ, H, K, V = 1, 64 * world, 4, 2, 32, 32
+        q, k, v, do = (torch.randn(*shape, generator=gen, dtype=torch.float64)
+                       for shape in ((B, T, HQ, K), (B, T, H, K), (B, T, H, V), (B, T, HQ, V)))
+        q[..., 0], k[..., 0], k[:, 3, :, 0] = 8.0 * K ** 0.5, 0.0, 1.0  # key 3: a score 8 above the rest
+        q, k, v, do = (t.to(torch.bfloat16).double() for t in (q, k, v, do))
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        whole, _ = ref.attention(*leaves)
+        whole_grads = torch.autograd.grad(whole, leaves, do)
+        local = [cp.shard(t).to(torch.bfloat16).requires_grad_() for t in (q, k, v)]
+        o = cp.context_parallel_attn(*local, mode=mode, backend="cpu")
+        grads = torch.autograd.grad(o, local, cp.shard(do).to(torch.bfloat16))
+        for name, got, want in zip(["dq", "dk", "dv"], grads, whole_grads):
+            want = cp.shard(want)
+            err = ((got.double() - want).norm() / want.norm()).item()
+            assert err <= 0.005, f"rank {rank} of {world}, {mode}: {name} relative RMS {err:.3g}"
+
+
+@pytest.mark.parametrize("mode", ["allgather", "ring"])
+def test_dominant_key_gradients_in_bf16(mode):
+    mp.start_processes(run_dominant_key, args=(2, free_port(), fresh_seed(), mode), nprocs=2, join=True,
+                       start_method="spawn")
+
+
 def test_world_size_one_is_the_op_itself(monkeypatch):
     """One rank holds the whole sequence in order: context_parallel_attn is parallel_attn itself (bit for bit,
     gradients too), with no collective at all."""

@@ -244,3 +244,24 @@ def test_empty_time_gives_empty_outputs(gen):
     assert o.shape == (2, 0, 4, 16) and lse.shape == (2, 0, 4)
     o.sum().backward()
     assert q.grad.shape == q.shape and k.grad.shape == k.shape
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_residual_codes_decode_in_python_as_in_cpp(gen, dtype):
+    """flashgate.distributed merges slices with o's residual decoded in torch: that mirror of o_residual.h's rule
+    puts the CPU op's o within a unit (2^-8 of o's ulp, one more where a code saturates) of the fp64 output."""
+    from flashgate.distributed import _residual_value
+    B, T, HQ, H, K, V = 2, 40, 4, 2, 16, 24
+    q, k, v = randn(gen, (B, T, HQ, K), dtype), randn(gen, (B, T, H, K), dtype), randn(gen, (B, T, H, V), dtype)
+    q = q * 4  # peaked rows too
+    o, _, codes = torch.ops.flashgate.attention_forward(q, k, v, None, None, None, None, None, False, "cpu", True)
+    exact, _ = ref.attention(q.double(), k.double(), v.double())
+    assert codes.shape == o.shape and int(codes.min()) >= -127
+    fixed = o.double() + _residual_value(codes, o).double()
+    mantissa = 7 if dtype == torch.bfloat16 else 10
+    _, e = torch.frexp(exact)
+    unit = torch.ldexp(torch.ones_like(exact), e - 1 - mantissa - 8)
+    normal = exact.abs() >= (2.0 ** -14 if dtype == torch.float16 else 2.0 ** -110)
+    bound = unit * torch.where(codes.abs() == 127, 1.0, 0.5) + exact.abs() * 2.0 ** -24
+    assert bool(((fixed - exact).abs() <= bound)[normal].all())
+    assert (fixed - exact).abs()[normal].max() < (o.double() - exact).abs()[normal].max() / 50

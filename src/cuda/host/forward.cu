@@ -119,6 +119,7 @@ detail::AttentionProblem as_attention(const detail::SliceProblem& sp) {
 AttentionParams slice_params(const SliceForwardArgs& a, const detail::SliceProblem& sp) {
   AttentionParams p = cuda::make_attention_params(a.q, a.k, a.v, Tensor{}, a.sink, Tensor{}, as_attention(sp));
   p.o = cuda::token_head_view(a.o), p.o_width = cuda::row_copy_width(a.o);
+  p.o_residual = cuda::token_head_view(a.o_residual), p.o_residual_width = cuda::row_copy_width(a.o_residual);
   p.lse = cuda::token_head_view(a.lse), p.has_lse = true;
   const cuda::SlicePositions at = cuda::slice_positions(sp);
   p.Tk = sp.Tk;
