@@ -262,6 +262,15 @@ TEST(Slices, BadArgumentsNameTheArgument) {
   } catch (const flashgate::Error& e) {
     EXPECT_NE(std::string(e.what()).find("gate_k"), std::string::npos) << e.what();
   }
+  // o's residual codes: int8 shaped as o, and only for fp16 / bf16 outputs (these are fp64).
+  OwnedTensor codes(DType::i8, {1, 4, 2, 8});
+  a.gate_q = {}, a.o_residual = codes.view();
+  try {
+    flashgate::attention_forward_slice(a);
+    ADD_FAILURE() << "o_residual of an fp64 o ran";
+  } catch (const flashgate::Error& e) {
+    EXPECT_EQ(e.argument(), "o_residual") << e.what();
+  }
 }
 
 }  // namespace
