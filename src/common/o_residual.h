@@ -26,26 +26,17 @@ struct Format {
 inline constexpr Format kBf16{7};
 inline constexpr Format kF16{10};
 
-FG_RESIDUAL_FN uint32_t bits_of(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-#endif
+// A value's bits as another type of the same size (C++17 has no std::bit_cast; memcpy is one on host and device).
+template <class To, class From>
+FG_RESIDUAL_FN To bit_cast(From x) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast keeps the size");
+  To y;
+  std::memcpy(&y, &x, sizeof y);
+  return y;
 }
 
-FG_RESIDUAL_FN float pow2(int e) {  // 2^e, e in -126..127
-  const uint32_t b = static_cast<uint32_t>(e + 127) << 23;
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(b);
-#else
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-#endif
-}
+FG_RESIDUAL_FN uint32_t bits_of(float x) { return bit_cast<uint32_t>(x); }
+FG_RESIDUAL_FN float pow2(int e) { return bit_cast<float>(static_cast<uint32_t>(e + 127) << 23); }  // e in -126..127
 
 // A code is d = bits(exact) - bits(rounded), the magnitudes' difference counted in fp32 ulps of exact's binade (the
 // bit patterns of one sign count fp32 ulps, across binades too), in units of 2^-8 of the format's ulp there

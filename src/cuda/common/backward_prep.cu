@@ -1,6 +1,7 @@
 // The backward's row pre-kernel: per (b, query head, t) row, D = o·do in fp32 from the stored output (plus its
-// rounding residual where the forward kept it: common/o_residual.h) and a copy of lse into the contiguous [B][HQ][T] layout the main kernels read. A group of lanes per row reads
-// it in 16-byte chunks (rows that allow it), the groups of a block take consecutive t of one head.
+// rounding residual where the forward kept it: common/o_residual.h) and a copy of lse into the contiguous
+// [B][HQ][T] layout the main kernels read. A group of lanes per row reads it in 16-byte chunks (rows that allow
+// it), the groups of a block take consecutive t of one head.
 #include <cstdint>
 #include <type_traits>
 

@@ -55,15 +55,18 @@ struct PScale {
 
 // o's rounding residual (common/o_residual.h) in T's format; fp32 keeps none (its codes are 0).
 template <class T>
+inline constexpr bool kKeepsResidual = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+template <class T>
+inline constexpr residual::Format kResidualFormat = std::is_same_v<T, __half> ? residual::kF16 : residual::kBf16;
+
+template <class T>
 __device__ __forceinline__ int8_t residual_code(float exact, float rounded) {
-  if constexpr (std::is_same_v<T, __half>) return residual::encode(exact, rounded, residual::kF16);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return residual::encode(exact, rounded, residual::kBf16);
+  if constexpr (kKeepsResidual<T>) return residual::encode(exact, rounded, kResidualFormat<T>);
   else return 0;
 }
 template <class T>
 __device__ __forceinline__ float residual_value(int8_t code, float rounded) {
-  if constexpr (std::is_same_v<T, __half>) return residual::decode(code, rounded, residual::kF16);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return residual::decode(code, rounded, residual::kBf16);
+  if constexpr (kKeepsResidual<T>) return residual::decode(code, rounded, kResidualFormat<T>);
   else return 0.f;
 }
 
