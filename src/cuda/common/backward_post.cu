@@ -80,12 +80,15 @@ __global__ void __launch_bounds__(kThreads) gate_grad_kernel(BackwardParams p, i
     const int64_t n = job / p.a.HQ, h = job % p.a.HQ;
     const SequenceSpan seq = sequence_span(p.a, n);
     const int64_t base = p.row_index(seq.batch, h, seq.start);
+    // Where every visible pair is (t, t) (a window of 1, a sequence of one token) the gate's term G_t - G_t
+    // vanishes from every score: dg is 0 exactly, where the two sides below would leave their fp32 rounding.
+    const bool diagonal = p.a.window == 1 || seq.len == 1;
     if (threadIdx.x == 0) carry = 0.f;
     __syncthreads();
     for (int chunk = 0; chunk < seq.len; chunk += kThreads) {
       const int u = seq.len - 1 - (chunk + static_cast<int>(threadIdx.x));  // reversed position
       float x = 0.f;
-      if (u >= 0) {
+      if (u >= 0 && !diagonal) {
         // Row side sum_j dS[u,j] = E_u - D_u sum_j P[u,j] from the kernels' own sums: with the same D and P
         // as the column sums on the other side, a row far below t cancels out of the suffix sum exactly
         // (up to fp32 order), instead of leaving its o-rounding error E - D or an lse mismatch behind.
