@@ -112,27 +112,35 @@ __device__ __forceinline__ int* dq_turn_counter(const bwd::BackwardParams& p, co
                                                 int rows) {
   return p.dq_order + bwd::dq_order_index(p.a, w.seq.batch, h, w.seq_index, w.seq.start, i0, rows);
 }
-// The adds counted so far (relaxed). Read a step ahead of the wait, its round trip to L2 hides under the step's MMAs.
+// The adds counted so far as lane 0 reads them (relaxed; the other lanes get 0, wait_dq_turn goes by lane 0's).
+// Read a step ahead of the wait, its round trip to L2 hides under the step's MMAs.
 __device__ __forceinline__ int peek_dq_turns(const int* counter) {
+  if (threadIdx.x % 32 != 0) return 0;
   ::cuda::atomic_ref<const int, ::cuda::thread_scope_device> count(*counter);
   return count.load(::cuda::memory_order_relaxed);
 }
-// Waits for `turn` adds, polling only while `seen` (what peek_dq_turns read earlier) is short of it. Every lane
-// loads and lane 0's value decides, so that the loop stays warp-uniform (a divergent one makes ptxas serialise the
-// kernel's wgmmas).
+// Waits for `turn` adds, polling only while `seen` (what peek_dq_turns read earlier) is short of it; the loop stays
+// warp-uniform (a divergent one makes ptxas serialise the kernel's wgmmas). Then lane 0's acquiring read and the
+// warp barrier order every lane's adds after the counted ones (a fence there cost deterministic mode 7%).
 __device__ __forceinline__ void wait_dq_turn(const int* counter, int turn, int seen) {
   while (__shfl_sync(0xffffffffu, seen, 0) < turn) {
     __nanosleep(64);
     seen = peek_dq_turns(counter);
   }
-  ::cuda::atomic_thread_fence(::cuda::memory_order_acquire, ::cuda::thread_scope_device);  // once, not per poll
-}
-// Counts a warp's adds. Every lane's adds are performed before the count says so (a release fence: lighter than
-// __threadfence's sequentially consistent one); a caller that counts one step late finds them done.
-__device__ __forceinline__ void end_dq_turn(int* counter) {
-  ::cuda::atomic_thread_fence(::cuda::memory_order_release, ::cuda::thread_scope_device);
+  if (threadIdx.x % 32 == 0) {
+    ::cuda::atomic_ref<const int, ::cuda::thread_scope_device> count(*counter);
+    (void)count.load(::cuda::memory_order_acquire);
+  }
   __syncwarp();
-  if (threadIdx.x % 32 == 0) atomicAdd(counter, 1);
+}
+// Counts a warp's adds: the warp barrier orders every lane's adds before lane 0's releasing count, so they are
+// performed before the count says so; a caller that counts one step late finds them done.
+__device__ __forceinline__ void end_dq_turn(int* counter) {
+  __syncwarp();
+  if (threadIdx.x % 32 == 0) {
+    ::cuda::atomic_ref<int, ::cuda::thread_scope_device> count(*counter);
+    count.fetch_add(1, ::cuda::memory_order_release);
+  }
 }
 
 // The barriers both dK/dV kernels' buffers begin with (the producer's and the term warp's code serves both): kv_full
