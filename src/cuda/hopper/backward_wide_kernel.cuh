@@ -551,9 +551,9 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     ptx::wgmma_hold(dq);
     if constexpr (!kPaired) buf.release_q(s);
     if (counter) {  // the last step's adds counted one step late, so that the release fence finds them done
-      if (counted) bwd_detail::end_dq_turn(counted);
+      if (counted) bwd_detail::count_dq_adds(counted, 1);
       counted = counter;
-      bwd_detail::wait_dq_turn(counter, 8 * Tile::kPair * (st.i0 / Tile::BN - w.j0 / Tile::BN), seen);
+      bwd_detail::wait_dq_turn(counter, bwd_detail::dq_turn<Tile::BN>(st.i0, w.j0, 8 * Tile::kPair), seen);
     }
     c.add_sums(buf.sums(it % 2), st.h, st.i0);
     c.add_dq(dq, st.h, st.i0);
@@ -562,7 +562,7 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
       if (it + 1 < w.steps) c.load_key_terms(st.h + 1, buf.key_terms());
     }
   }
-  if (counted) bwd_detail::end_dq_turn(counted);
+  if (counted) bwd_detail::count_dq_adds(counted, 1);
   // Keys no query row sees (window 0) still get their zero column sums.
   if (kRowSums && w.steps == 0)
     for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h, buf.colsums());
