@@ -56,6 +56,7 @@ struct KeyWork {
   int64_t hk = 0, order = 0;  // the kv head and the key tile's place in the order (bwd::key_item)
   int j0 = 0, rows_begin = 0, tiles_per_head = 0, steps = 0;
   bool valid = false;
+  bool up = false;  // deterministic mode's ascending order (BackwardParams::dq_ascending): step_of walks the rows up
 };
 
 // The next item (a key tile and kv head, numbered in key_work's order) for a persistent CTA to take: CTAs take them
@@ -68,17 +69,21 @@ __device__ __forceinline__ int handed_item(const int* slot) {
   return __shfl_sync(0xffffffffu, threadIdx.x % 32 == 0 ? *static_cast<const volatile int*>(slot) : 0, 0);
 }
 
-template <int BN, int BM>
+// kMayAscend: the kernel variant takes deterministic mode's ascending order (else w.up is false at compile time).
+template <int BN, int BM, bool kMayAscend = false>
 __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t item) {
   const AttentionParams& a = p.a;
   KeyWork w;
   const bwd::KeyItem ki = bwd::key_item(p, keys.num_tiles, item);
   w.hk = ki.hk;
   w.order = ki.order;
-  // Deterministic mode adds dQ in descending key-tile order (Consumer::wait_turn), so its tiles come lightest
-  // first: a tile only waits for tiles that come before it, which are done or under way.
+  // Deterministic mode adds dQ in descending key-tile order (dq_turn) with its tiles lightest first, or in
+  // ascending order (dq_turn_ascending) heaviest first: a tile only waits for tiles that come before it, which are
+  // done or under way.
   const int64_t order = ki.order;
-  const TileMapEntry te = key_tile_heaviest_first(keys, p.dq_order ? keys.num_tiles - 1 - order : order);
+  w.up = kMayAscend && p.dq_ascending;
+  const bool lightest_first = p.dq_order && !w.up;
+  const TileMapEntry te = key_tile_heaviest_first(keys, lightest_first ? keys.num_tiles - 1 - order : order);
   if (te.seq < 0) return w;
   w.seq = sequence_span(a, te.seq);
   w.seq_index = te.seq;
@@ -97,10 +102,14 @@ struct Step {
   int64_t h;
   int i0;
 };
+// Each query head's row blocks from the first down; in deterministic mode's ascending order (dq_turn_ascending)
+// the row blocks from the last up, every query head of a block in turn.
 template <int BM>
 __device__ __forceinline__ Step step_of(const bwd::BackwardParams& p, const KeyWork& w, int it) {
-  const int head = it / w.tiles_per_head, tile = it - head * w.tiles_per_head;
-  return {w.hk * p.a.group + head, w.rows_begin + tile * BM};
+  const int inner = w.up ? static_cast<int>(p.a.group) : w.tiles_per_head;
+  const int outer_index = it / inner, inner_index = it - outer_index * inner;
+  const int head = w.up ? inner_index : outer_index, block = w.up ? w.tiles_per_head - 1 - outer_index : inner_index;
+  return {w.hk * p.a.group + head, w.rows_begin + block * BM};
 }
 
 // Deterministic mode (p.dq_order): a warp adds its part of a step's dQ rows (and row sums) only once every warp of
@@ -148,6 +157,14 @@ __device__ __forceinline__ void count_dq_adds(int* counter, int adds) {
 template <int BN>
 __device__ __forceinline__ int dq_turn(int i0, int j0, int adds) {
   return adds * (i0 / BN - j0 / BN);
+}
+// The same in ascending order (BackwardParams::dq_ascending): `adds` per tile of every earlier tile whose walk of
+// row blocks of BM includes them. Heaviest first, each tile starts after the tiles before it, and walking the rows
+// up with the query heads innermost, a tile reaches a row block no sooner after its start than they did (GQA: the
+// query heads' steps in between give their counts time).
+template <int BN, int BM>
+__device__ __forceinline__ int dq_turn_ascending(int i0, int j0, int window, int adds) {
+  return adds * (j0 / BN - first_key_tile_walking(i0, window, BN, BM));
 }
 // The barriers both dK/dV kernels' buffers begin with (the producer's and the term warp's code serves both): kv_full
 // and kv_empty (the item's K and V), then per stage q_full and q_empty (Q and dO), t_full and t_empty (the row terms).
@@ -317,7 +334,9 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
       ptx::barrier_wait(buf.turn_done(Buf::TurnRing::stage(n - 1)), Buf::TurnRing::parity(n - 1));
       count_dq_adds(made, Buf::kReleasers);
     }
-    wait_dq_turn(counter, dq_turn<Tile::BN>(st.i0, w.j0, Buf::kReleasers), peek_dq_turns(counter));
+    const int turn = w.up ? dq_turn_ascending<Tile::BN, Tile::BM>(st.i0, w.j0, p.a.window, Buf::kReleasers)
+                          : dq_turn<Tile::BN>(st.i0, w.j0, Buf::kReleasers);
+    wait_dq_turn(counter, turn, peek_dq_turns(counter));
     if (threadIdx.x % 32 == 0) ptx::barrier_arrive(buf.turn_ready(Buf::TurnRing::stage(n)));
     made = counter;
   }
@@ -621,7 +640,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
           ptx::barrier_arrive(buf.kv_full());
           break;
         }
-        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
         if (!w.valid || w.steps == 0) {
           ptx::barrier_arrive(buf.kv_full());  // nothing to load: the number alone
           continue;
@@ -635,7 +654,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         const int item = bwd_detail::handed_item(buf.item);
         Buffers::KvRing::release(buf.kv_empty());
         if (item < 0) break;
-        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
         if (!w.valid || w.steps == 0) continue;
         using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
         if (turns) bwd_detail::take_turns(p.b, buf, w, step);
@@ -654,7 +673,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
     const int item = bwd_detail::handed_item(buf.item);
     if (item < 0) break;
-    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
     if (!w.valid) {
       Buffers::KvRing::release(buf.kv_empty());
       continue;
@@ -670,8 +689,11 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     float2 key_term = c.key_terms(w.hk * p.b.a.group);
     // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it; in
     // deterministic mode added in the turn the turn warp hands over.
+    // The step before, whose dQ is made in this one: kept where the walk's order is a run-time choice (recomputed,
+    // it spilled a word of D64's plain consumers), recomputed with the row sums (kept, it spilled D64's).
+    bwd_detail::Step last{};
     const auto finish_step = [&](int it) {
-      const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
+      const bwd_detail::Step st = kRowSums ? bwd_detail::step_of<Tile::BM>(p.b, w, it) : last;
       const uint32_t n = step + it;
       const int b = Buffers::DsRing::stage(n);
       ptx::barrier_wait(buf.ds_full(b), Buffers::DsRing::parity(n));
@@ -719,6 +741,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         ptx::wgmma_wait<0>();
         c.hold_kv();
       }
+      if constexpr (!kRowSums) last = st;
       buf.release_q(s);
       if constexpr (kRowSums) {
         if ((it + 1) % w.tiles_per_head == 0) {  // the head's last step
