@@ -689,11 +689,13 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     float2 key_term = c.key_terms(w.hk * p.b.a.group);
     // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it; in
     // deterministic mode added in the turn the turn warp hands over.
-    // The step before, whose dQ is made in this one: kept where the walk's order is a run-time choice (recomputed,
-    // it spilled a word of D64's plain consumers), recomputed with the row sums (kept, it spilled D64's).
+    // The step before, whose dQ is made in this one: kept by D64's plain consumers (recomputed where the walk's
+    // order is a run-time choice, it spilled a word), recomputed elsewhere (kept, it spilled D64's row-sum consumers
+    // and slowed D128's sink rows by 5%).
+    constexpr bool kKeepStep = kD == 64 && !kRowSums;
     bwd_detail::Step last{};
     const auto finish_step = [&](int it) {
-      const bwd_detail::Step st = kRowSums ? bwd_detail::step_of<Tile::BM>(p.b, w, it) : last;
+      const bwd_detail::Step st = kKeepStep ? last : bwd_detail::step_of<Tile::BM>(p.b, w, it);
       const uint32_t n = step + it;
       const int b = Buffers::DsRing::stage(n);
       ptx::barrier_wait(buf.ds_full(b), Buffers::DsRing::parity(n));
@@ -741,7 +743,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         ptx::wgmma_wait<0>();
         c.hold_kv();
       }
-      if constexpr (!kRowSums) last = st;
+      if constexpr (kKeepStep) last = st;
       buf.release_q(s);
       if constexpr (kRowSums) {
         if ((it + 1) % w.tiles_per_head == 0) {  // the head's last step
