@@ -321,9 +321,10 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
 // one (release). The consumers' adds are ordered after the acquire and before the release through the two barriers,
 // so the waits and the round trips to L2 fall on this warp while the consumers go on. A step's count goes out before
 // the warp waits for the next step's turn.
+// tile_adds: the counts a key tile makes at a row block (every consumer warp of its CTAs).
 template <class Buf>
 __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
-                                           uint32_t step) {
+                                           uint32_t step, int tile_adds) {
   using Tile = typename Buf::Tile;
   int* made = nullptr;  // the counter of the step before, whose adds are counted once made
   for (int it = 0; it < w.steps; ++it) {
@@ -334,8 +335,8 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
       ptx::barrier_wait(buf.turn_done(Buf::TurnRing::stage(n - 1)), Buf::TurnRing::parity(n - 1));
       count_dq_adds(made, Buf::kReleasers);
     }
-    const int turn = w.up ? dq_turn_ascending<Tile::BN, Tile::BM>(st.i0, w.j0, p.a.window, Buf::kReleasers)
-                          : dq_turn<Tile::BN>(st.i0, w.j0, Buf::kReleasers);
+    const int turn = w.up ? dq_turn_ascending<Tile::BN, Tile::BM>(st.i0, w.j0, p.a.window, tile_adds)
+                          : dq_turn<Tile::BN>(st.i0, w.j0, tile_adds);
     wait_dq_turn(counter, turn, peek_dq_turns(counter));
     if (threadIdx.x % 32 == 0) ptx::barrier_arrive(buf.turn_ready(Buf::TurnRing::stage(n)));
     made = counter;
@@ -657,7 +658,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
         if (!w.valid || w.steps == 0) continue;
         using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
-        if (turns) bwd_detail::take_turns(p.b, buf, w, step);
+        if (turns) bwd_detail::take_turns(p.b, buf, w, step, Buffers::kReleasers);
         else bwd_detail::stage_terms<typename Consumer::Scale, Buffers, Consumer::kSinkParts>(p.b, buf, w, step);
         step += w.steps;
       }
