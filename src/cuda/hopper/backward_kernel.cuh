@@ -691,8 +691,8 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it; in
     // deterministic mode added in the turn the turn warp hands over.
     // The step before, whose dQ is made in this one: kept by D64's plain consumers (recomputed where the walk's
-    // order is a run-time choice, it spilled a word), recomputed elsewhere (kept, it spilled D64's row-sum consumers
-    // and slowed D128's sink rows by 5%).
+    // order is a run-time choice, it spilled a word), recomputed elsewhere (kept, it spilled D64's row-sum
+    // consumers).
     constexpr bool kKeepStep = kD == 64 && !kRowSums;
     bwd_detail::Step last{};
     const auto finish_step = [&](int it) {
