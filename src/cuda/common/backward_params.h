@@ -38,6 +38,10 @@ struct BackwardParams {
   int64_t sink_part_tiles = 0;  // key tiles of that kernel's schedule
   float* dq_acc = nullptr;  // fp32 dq / scale (MMA kernels: default mode; Hopper: both) in dq_acc_offset's layout
   int* dq_order = nullptr;  // Hopper deterministic mode: per dQ row block (dq_order_index), the adds made so far
+  // Hopper deterministic mode's order (hopper_backward.cpp): false, the key tiles lightest first walking each head's
+  // rows down and adding dQ from the last tile to the first; true, heaviest first walking the rows up with the query
+  // heads innermost and adding from the first tile to the last.
+  bool dq_ascending = false;
   unsigned* next_item = nullptr;  // Hopper: the persistent dK/dV kernel's item dispenser (starts at 0)
   float* dk_part = nullptr; // [head_parts][B][H][key_rows][K16] scaled dk partials (head_parts > 1)
   float* dv_part = nullptr; // [head_parts][B][H][key_rows][V16]

@@ -89,6 +89,16 @@ FG_HOST_DEVICE KeySpan rows_seeing_keys(int col_begin, int col_end, int len, int
   return s;
 }
 
+// A key-major walk over row blocks: the key tile at col_begin = t * cols walks the rows_seeing_keys of its columns
+// in blocks of `rows` from col_begin (the last block may reach past them). The first key tile whose walk includes
+// the row block at row_begin (< len): 0 without a window; with one, the first whose seen rows, rounded up to whole
+// blocks, reach it (a tile cut off by the sequence's end reaches len, past every row).
+FG_HOST_DEVICE int first_key_tile_walking(int row_begin, int window, int cols, int rows) {
+  if (window <= 0) return 0;
+  const int64_t reach = (int64_t{cols} - 1 + window + rows - 1) / rows * rows;  // a tile's walk, from its first row
+  return row_begin < reach ? 0 : static_cast<int>((row_begin - reach) / cols + 1);
+}
+
 // False when every (i, j) of the rows x cols block with i < len is visible, so the kernel may skip the
 // per-element mask. Columns at or past len only meet rows at or past len (j >= len > i otherwise) or
 // rows before them (causal), both covered by the checks below.

@@ -56,6 +56,7 @@ struct KeyWork {
   int64_t hk = 0, order = 0;  // the kv head and the key tile's place in the order (bwd::key_item)
   int j0 = 0, rows_begin = 0, tiles_per_head = 0, steps = 0;
   bool valid = false;
+  bool up = false;  // deterministic mode's ascending order (BackwardParams::dq_ascending): step_of walks the rows up
 };
 
 // The next item (a key tile and kv head, numbered in key_work's order) for a persistent CTA to take: CTAs take them
@@ -68,17 +69,21 @@ __device__ __forceinline__ int handed_item(const int* slot) {
   return __shfl_sync(0xffffffffu, threadIdx.x % 32 == 0 ? *static_cast<const volatile int*>(slot) : 0, 0);
 }
 
-template <int BN, int BM>
+// kMayAscend: the kernel variant takes deterministic mode's ascending order (else w.up is false at compile time).
+template <int BN, int BM, bool kMayAscend = false>
 __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t item) {
   const AttentionParams& a = p.a;
   KeyWork w;
   const bwd::KeyItem ki = bwd::key_item(p, keys.num_tiles, item);
   w.hk = ki.hk;
   w.order = ki.order;
-  // Deterministic mode adds dQ in descending key-tile order (Consumer::wait_turn), so its tiles come lightest
-  // first: a tile only waits for tiles that come before it, which are done or under way.
+  // Deterministic mode adds dQ in descending key-tile order (dq_turn) with its tiles lightest first, or in
+  // ascending order (dq_turn_ascending) heaviest first: a tile only waits for tiles that come before it, which are
+  // done or under way.
   const int64_t order = ki.order;
-  const TileMapEntry te = key_tile_heaviest_first(keys, p.dq_order ? keys.num_tiles - 1 - order : order);
+  w.up = kMayAscend && p.dq_ascending;
+  const bool lightest_first = p.dq_order && !w.up;
+  const TileMapEntry te = key_tile_heaviest_first(keys, lightest_first ? keys.num_tiles - 1 - order : order);
   if (te.seq < 0) return w;
   w.seq = sequence_span(a, te.seq);
   w.seq_index = te.seq;
@@ -97,14 +102,18 @@ struct Step {
   int64_t h;
   int i0;
 };
+// Each query head's row blocks from the first down; in deterministic mode's ascending order (dq_turn_ascending)
+// the row blocks from the last up, every query head of a block in turn.
 template <int BM>
 __device__ __forceinline__ Step step_of(const bwd::BackwardParams& p, const KeyWork& w, int it) {
-  const int head = it / w.tiles_per_head, tile = it - head * w.tiles_per_head;
-  return {w.hk * p.a.group + head, w.rows_begin + tile * BM};
+  const int inner = w.up ? static_cast<int>(p.a.group) : w.tiles_per_head;
+  const int outer_index = it / inner, inner_index = it - outer_index * inner;
+  const int head = w.up ? inner_index : outer_index, block = w.up ? w.tiles_per_head - 1 - outer_index : inner_index;
+  return {w.hk * p.a.group + head, w.rows_begin + block * BM};
 }
 
 // Deterministic mode (p.dq_order): a warp adds its part of a step's dQ rows (and row sums) only once every warp of
-// the key tiles after this one that add into the same rows did (8 adds a tile, `turn` in all), so that each fp32
+// the key tiles after this one that add into the same rows did (8 a tile, dq_turn in all), so that each fp32
 // sum is made in one order on every run. Those tiles walk the rows from i0 / BN's tile down to this one; each starts
 // at its own first key row, so a later tile reaches any row block sooner than an earlier one and seldom makes it
 // wait. The counter of query head h's `rows`-row block at i0:
@@ -133,16 +142,30 @@ __device__ __forceinline__ void wait_dq_turn(const int* counter, int turn, int s
   }
   __syncwarp();
 }
-// Counts a warp's adds: the warp barrier orders every lane's adds before lane 0's releasing count, so they are
-// performed before the count says so; a caller that counts one step late finds them done.
-__device__ __forceinline__ void end_dq_turn(int* counter) {
+// Counts `adds` adds to the dQ rows of `counter` (lane 0, release): the warp barrier orders every lane's adds, and
+// every add the warp synchronised with before (the turn warp: the consumer warps' through turn_done), before the
+// count; a caller that counts one step late finds them done.
+__device__ __forceinline__ void count_dq_adds(int* counter, int adds) {
   __syncwarp();
   if (threadIdx.x % 32 == 0) {
     ::cuda::atomic_ref<int, ::cuda::thread_scope_device> count(*counter);
-    count.fetch_add(1, ::cuda::memory_order_release);
+    count.fetch_add(adds, ::cuda::memory_order_release);
   }
 }
 
+// The adds a key tile at j0 waits for at the dQ rows at i0: `adds` per tile of every later tile that sees them.
+template <int BN>
+__device__ __forceinline__ int dq_turn(int i0, int j0, int adds) {
+  return adds * (i0 / BN - j0 / BN);
+}
+// The same in ascending order (BackwardParams::dq_ascending): `adds` per tile of every earlier tile whose walk of
+// row blocks of BM includes them. Heaviest first, each tile starts after the tiles before it, and walking the rows
+// up with the query heads innermost, a tile reaches a row block no sooner after its start than they did (GQA: the
+// query heads' steps in between give their counts time).
+template <int BN, int BM>
+__device__ __forceinline__ int dq_turn_ascending(int i0, int j0, int window, int adds) {
+  return adds * (j0 / BN - first_key_tile_walking(i0, window, BN, BM));
+}
 // The barriers both dK/dV kernels' buffers begin with (the producer's and the term warp's code serves both): kv_full
 // and kv_empty (the item's K and V), then per stage q_full and q_empty (Q and dO), t_full and t_empty (the row terms).
 template <int kS>
@@ -170,13 +193,16 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
   // Every consumer thread arrives on both: its own shared-memory writes and reads are ordered by its arrival.
   using DsRing = Ring<2>;
   // K and V of the CTA's n-th item and the item's number (`item`): kv_empty when the consumers are done with both
-  // and the term warp has read the number.
+  // and the term warp (and in deterministic mode the turn warp) has read the number.
   using KvRing = Ring<1>;
+  // Deterministic mode, per step: turn_ready when the turn warp saw every earlier add to the step's dQ rows counted,
+  // turn_done when every consumer warp made its adds there.
+  using TurnRing = Ring<2>;
 
-  using Bars = StepBarriers<kS>;  // then per buffer ds_full, ds_empty
+  using Bars = StepBarriers<kS>;  // then per buffer ds_full, ds_empty, then per turn stage turn_ready, turn_done
   unsigned char* base;
   int* item;  // the number of the item in the K / V stage, -1 once there is none
-  static constexpr int kBarriers = Bars::kCount + 2 * 2;
+  static constexpr int kBarriers = Bars::kCount + 2 * 2 + 2 * 2;
 
   template <class T>
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
@@ -202,9 +228,13 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
   using Bars::kv_full, Bars::kv_empty, Bars::q_full, Bars::q_empty, Bars::t_full, Bars::t_empty;
   __device__ __forceinline__ uint64_t* ds_full(int b) const { return this->bars + Bars::kCount + b; }
   __device__ __forceinline__ uint64_t* ds_empty(int b) const { return this->bars + Bars::kCount + 2 + b; }
+  __device__ __forceinline__ uint64_t* turn_ready(int t) const { return this->bars + Bars::kCount + 4 + t; }
+  __device__ __forceinline__ uint64_t* turn_done(int t) const { return this->bars + Bars::kCount + 6 + t; }
 
-  __device__ __forceinline__ void init() const {
-    ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers + 1);
+  // deterministic: the CTA has a turn warp.
+  __device__ __forceinline__ void init(bool deterministic) const {
+    ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers + (deterministic ? 2 : 1));
+    for (int t = 0; t < 2; ++t) ptx::barrier_init(turn_ready(t), 1), ptx::barrier_init(turn_done(t), kReleasers);
     for (int s = 0; s < kS; ++s) {
       ptx::barrier_init(q_full(s), 1), ptx::barrier_init(q_empty(s), kReleasers);
       ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
@@ -282,6 +312,39 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
         if (p.sink_parts) dst[2 * Tile::BM + r] = lse == -INFINITY ? 0.f : expf(sink - lse);
     }
     ptx::barrier_arrive(buf.t_full(s));
+  }
+}
+
+// Deterministic mode's turn warp: per step of an item, in the consumers' order, it waits until every later key tile
+// counted its adds to the step's dQ rows (lane 0 polls, then reads with acquire), hands the turn to the consumers
+// (turn_ready), and once their eight warps made their adds (turn_done) counts them for the tiles waiting after this
+// one (release). The consumers' adds are ordered after the acquire and before the release through the two barriers,
+// so the waits and the round trips to L2 fall on this warp while the consumers go on. A step's count goes out before
+// the warp waits for the next step's turn.
+// tile_adds: the counts a key tile makes at a row block (every consumer warp of its CTAs).
+template <class Buf>
+__device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
+                                           uint32_t step, int tile_adds) {
+  using Tile = typename Buf::Tile;
+  int* made = nullptr;  // the counter of the step before, whose adds are counted once made
+  for (int it = 0; it < w.steps; ++it) {
+    const Step st = step_of<Tile::BM>(p, w, it);
+    const uint32_t n = step + it;
+    int* counter = dq_turn_counter(p, w, st.h, st.i0, Tile::BM);
+    if (made) {
+      ptx::barrier_wait(buf.turn_done(Buf::TurnRing::stage(n - 1)), Buf::TurnRing::parity(n - 1));
+      count_dq_adds(made, Buf::kReleasers);
+    }
+    const int turn = w.up ? dq_turn_ascending<Tile::BN, Tile::BM>(st.i0, w.j0, p.a.window, tile_adds)
+                          : dq_turn<Tile::BN>(st.i0, w.j0, tile_adds);
+    wait_dq_turn(counter, turn, peek_dq_turns(counter));
+    if (threadIdx.x % 32 == 0) ptx::barrier_arrive(buf.turn_ready(Buf::TurnRing::stage(n)));
+    made = counter;
+  }
+  if (made) {
+    const uint32_t n = step + w.steps - 1;
+    ptx::barrier_wait(buf.turn_done(Buf::TurnRing::stage(n)), Buf::TurnRing::parity(n));
+    count_dq_adds(made, Buf::kReleasers);
   }
 }
 
@@ -502,12 +565,6 @@ class Consumer {
     }
   }
 
-  // Deterministic mode (p.dq_order, dq_turn_counter): this CTA's turn at the step's dQ rows.
-  __device__ __forceinline__ int* order_counter(int64_t h, int i0) const { return dq_turn_counter(p_, w_, h, i0, BM); }
-  __device__ __forceinline__ void wait_turn(const int* counter, int i0, int seen) const {
-    wait_dq_turn(counter, 8 * (i0 / BN - w_.j0 / BN), seen);
-  }
-
   __device__ __forceinline__ void hold_kv() {
     ptx::wgmma_hold(dk_);
     ptx::wgmma_hold(dv_);
@@ -558,7 +615,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
   __shared__ int item_number;
   const Buffers buf{{}, {bars}, ptx::swizzle_aligned(raw), &item_number};
-  if (threadIdx.x == 0) buf.init();
+  if (threadIdx.x == 0) buf.init(p.b.dq_order != nullptr);
   __syncthreads();
 
   // Nothing stays live across setmaxnreg (ptxas would spill it). The producer lane takes the items and hands each
@@ -568,7 +625,8 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     ptx::setmaxnreg_dec<Tile::template kProducerRegs<kRowSums>>();
     const int warp = threadIdx.x / 32;
     const bool loads = warp == 0 && ptx::elect_one();
-    if (!loads && warp != 1) return;
+    const bool turns = warp == 2 && p.b.dq_order;  // deterministic mode's turn warp (take_turns)
+    if (!loads && warp != 1 && !turns) return;
     uint32_t step = 0;
     if (loads) {
       const int64_t items = keys.num_tiles * p.b.a.H;
@@ -583,7 +641,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
           ptx::barrier_arrive(buf.kv_full());
           break;
         }
-        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
         if (!w.valid || w.steps == 0) {
           ptx::barrier_arrive(buf.kv_full());  // nothing to load: the number alone
           continue;
@@ -597,10 +655,11 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         const int item = bwd_detail::handed_item(buf.item);
         Buffers::KvRing::release(buf.kv_empty());
         if (item < 0) break;
-        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
         if (!w.valid || w.steps == 0) continue;
         using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
-        bwd_detail::stage_terms<typename Consumer::Scale, Buffers, Consumer::kSinkParts>(p.b, buf, w, step);
+        if (turns) bwd_detail::take_turns(p.b, buf, w, step, Buffers::kReleasers);
+        else bwd_detail::stage_terms<typename Consumer::Scale, Buffers, Consumer::kSinkParts>(p.b, buf, w, step);
         step += w.steps;
       }
     }
@@ -615,13 +674,12 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
     const int item = bwd_detail::handed_item(buf.item);
     if (item < 0) break;
-    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
     if (!w.valid) {
       Buffers::KvRing::release(buf.kv_empty());
       continue;
     }
     Consumer c(p.b, w, me);
-    int* counted = nullptr;  // deterministic mode: the dQ row block whose adds this warp has yet to count
     if (w.steps == 0) {  // keys no query row sees (window 0): zero dK, dV and column sums
       Buffers::KvRing::release(buf.kv_empty());
       if (kRowSums && p.b.a.has_gate)
@@ -630,10 +688,15 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       continue;
     }
     float2 key_term = c.key_terms(w.hk * p.b.a.group);
-    // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it (seen:
-    // deterministic mode's count at its rows, read at the start of step it + 1).
-    const auto finish_step = [&](int it, int seen) {
-      const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
+    // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it; in
+    // deterministic mode added in the turn the turn warp hands over.
+    // The step before, whose dQ is made in this one: kept by D64's plain consumers (recomputed where the walk's
+    // order is a run-time choice, it spilled a word), recomputed elsewhere (kept, it spilled D64's row-sum
+    // consumers).
+    constexpr bool kKeepStep = kD == 64 && !kRowSums;
+    bwd_detail::Step last{};
+    const auto finish_step = [&](int it) {
+      const bwd_detail::Step st = kKeepStep ? last : bwd_detail::step_of<Tile::BM>(p.b, w, it);
       const uint32_t n = step + it;
       const int b = Buffers::DsRing::stage(n);
       ptx::barrier_wait(buf.ds_full(b), Buffers::DsRing::parity(n));
@@ -642,28 +705,17 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       ptx::wgmma_wait<0>();
       c.hold_kv();
       ptx::wgmma_hold(dq);
-      if (p.b.dq_order) {
-        if (counted) bwd_detail::end_dq_turn(counted);
-        counted = c.order_counter(st.h, st.i0);
-        c.wait_turn(counted, st.i0, seen);
-      }
+      const int t = Buffers::TurnRing::stage(n);
+      if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), Buffers::TurnRing::parity(n));
       if constexpr (kRowSums) c.add_sums(buf.sums(b), st.h, st.i0);
       ptx::barrier_arrive(buf.ds_empty(b));
       c.add_dq(dq, st.h, st.i0);
-    };
-    // Deterministic mode: the count at a step's dQ rows, read one step before finish_step waits on it (D64 with
-    // the row sums has no register to keep it in: it reads when it waits).
-    constexpr bool kPeekEarly = !(kD == 64 && kRowSums);
-    const auto peek_turns = [&](int it) {
-      if (!p.b.dq_order) return 0;
-      const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
-      return bwd_detail::peek_dq_turns(c.order_counter(st.h, st.i0));
+      if (p.b.dq_order) Buffers::TurnRing::release(buf.turn_done(t));
     };
     for (int it = 0; it < w.steps; ++it) {
       const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
       const uint32_t n = step + it;
       const int s = buf.stage(n), b = Buffers::DsRing::stage(n);
-      const int seen = kPeekEarly && it > 0 ? peek_turns(it - 1) : -1;
       ptx::barrier_wait(buf.q_full(s), buf.parity(n));
       ptx::barrier_wait(buf.t_full(s), buf.parity(n));  // not between issue and wait: a loop there serialises wgmma
       float sc[Tile::BM / 2], dp[Tile::BM / 2];
@@ -687,11 +739,12 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       c.issue_kv(pt, dst, buf, s);
       if (it > 0) {
         // Its wgmma wait covers dK and dV of step it too.
-        finish_step(it - 1, kPeekEarly ? seen : peek_turns(it - 1));
+        finish_step(it - 1);
       } else {
         ptx::wgmma_wait<0>();
         c.hold_kv();
       }
+      if constexpr (kKeepStep) last = st;
       buf.release_q(s);
       if constexpr (kRowSums) {
         if ((it + 1) % w.tiles_per_head == 0) {  // the head's last step
@@ -702,9 +755,8 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         c.store_sink_part(st.h);
       }
     }
-    finish_step(w.steps - 1, peek_turns(w.steps - 1));
+    finish_step(w.steps - 1);
     Buffers::KvRing::release(buf.kv_empty());  // the producer loads the next item's K and V under the stores
-    if (counted) bwd_detail::end_dq_turn(counted);
     c.store();
     step += w.steps;
   }

@@ -43,14 +43,20 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
 
   using KvRing = Ring<1>;  // one item a CTA: the producer's first wait_free passes at once
 
-  using Bars = bwd_detail::StepBarriers<kS>;  // then met; a pair: do_full, do_empty, xch_full[2][2][2], xch_empty[2][2]
+  // Deterministic mode, per step: turn_ready when the turn warp saw every earlier add to the step's dQ rows counted,
+  // turn_done when every consumer warp made its adds there (bwd_detail::take_turns).
+  using TurnRing = Ring<2>;
+
+  // then met; a pair: do_full, do_empty, xch_full[2][2][2], xch_empty[2][2]; then turn_ready[2], turn_done[2]
+  using Bars = bwd_detail::StepBarriers<kS>;
   unsigned char* base;
   static constexpr bool kMeets = kK != kV;  // the consumers run copies of their code of their own (Consumer's kMe)
   static constexpr bool kPaired = Tile::kPair == 2;
   // A pair's single stage loads dO and Q on barriers of their own (q_full / q_empty then hold Q alone): dO is free
   // once dV^T is made, before Q.
   static constexpr bool kDoApart = kPaired;
-  static constexpr int kBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kPaired ? 2 + 12 : 0);
+  static constexpr int kTurnBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kPaired ? 2 + 12 : 0);
+  static constexpr int kBarriers = kTurnBarriers + 2 * 2;
   // One consumer's exchange slot: its S and dP partials, [S | dP][kKeys / 8 float4 a thread][128 threads].
   static constexpr uint32_t kSlotBytes = Tile::kExchangeBytes / 4;
   using ExchangeRing = Ring<2>;
@@ -105,6 +111,8 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
     return do_full() + 2 + 2 * (2 * slot + c) + which;
   }
   __device__ __forceinline__ uint64_t* xch_empty(int slot, int c) const { return do_full() + 10 + 2 * slot + c; }
+  __device__ __forceinline__ uint64_t* turn_ready(int t) const { return this->bars + kTurnBarriers + t; }
+  __device__ __forceinline__ uint64_t* turn_done(int t) const { return this->bars + kTurnBarriers + 2 + t; }
 
   __device__ __forceinline__ void init() const {
     ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers);
@@ -113,6 +121,7 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
       ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
     }
     if (kMeets) ptx::barrier_init(met(), 256);
+    for (int t = 0; t < 2; ++t) ptx::barrier_init(turn_ready(t), 1), ptx::barrier_init(turn_done(t), kReleasers);
     if (kPaired) {
       ptx::barrier_init(do_full(), 1), ptx::barrier_init(do_empty(), kReleasers);
       for (int slot = 0; slot < 2; ++slot)
@@ -488,13 +497,9 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
   };
   if (w.steps > 0) ptx::barrier_wait(buf.kv_full(), 0);
   if (w.steps > 0) c.load_key_terms(w.hk * p.b.a.group, buf.key_terms());
-  int* counted = nullptr;  // deterministic mode: the dQ row block whose adds this warp has yet to count
   for (int it = 0; it < w.steps; ++it) {
     const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
     const int s = buf.stage(it);
-    // Deterministic mode: the step's count read now, its round trip under the step's MMAs.
-    int* const counter = p.b.dq_order ? bwd_detail::dq_turn_counter(p.b, w, st.h, st.i0, Tile::BM) : nullptr;
-    const int seen = counter ? bwd_detail::peek_dq_turns(counter) : 0;
     ptx::barrier_wait(buf.q_full(s), buf.parity(it));
     if constexpr (kPaired) ptx::barrier_wait(buf.do_full(), buf.parity(it));
     ptx::barrier_wait(buf.t_full(s), buf.parity(it));  // not between issue and wait: a loop there serialises wgmma
@@ -550,19 +555,18 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     c.hold_kv();
     ptx::wgmma_hold(dq);
     if constexpr (!kPaired) buf.release_q(s);
-    if (counter) {  // the last step's adds counted one step late, so that the release fence finds them done
-      if (counted) bwd_detail::end_dq_turn(counted);
-      counted = counter;
-      bwd_detail::wait_dq_turn(counter, 8 * Tile::kPair * (st.i0 / Tile::BN - w.j0 / Tile::BN), seen);
-    }
+    // Deterministic mode: the adds in the turn the turn warp hands over.
+    using TurnRing = typename Buffers<kK, kV>::TurnRing;
+    const int t = TurnRing::stage(it);
+    if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), TurnRing::parity(it));
     c.add_sums(buf.sums(it % 2), st.h, st.i0);
     c.add_dq(dq, st.h, st.i0);
+    if (p.b.dq_order) TurnRing::release(buf.turn_done(t));
     if (kRowSums && (it + 1) % w.tiles_per_head == 0) {  // the head's last step
       c.store_colsum(st.h, buf.colsums());
       if (it + 1 < w.steps) c.load_key_terms(st.h + 1, buf.key_terms());
     }
   }
-  if (counted) bwd_detail::end_dq_turn(counted);
   // Keys no query row sees (window 0) still get their zero column sums.
   if (kRowSums && w.steps == 0)
     for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h, buf.colsums());
@@ -610,6 +614,7 @@ __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
     const int col0 = kPaired ? Tile::kCtaK * static_cast<int>(ptx::cluster_rank()) : 0;
     if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0, col0);
     else if (warp == 1) bwd_detail::stage_terms<PScale<T, kRowSums>>(p.b, buf, w, 0);  // Consumer::Scale
+    else if (warp == 2 && p.b.dq_order) bwd_detail::take_turns(p.b, buf, w, 0, Buffers::kReleasers * Tile::kPair);
     return leave();
   }
 

@@ -44,10 +44,11 @@ void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const c
 // are fewer), more while the rows their tiles walk (q and dO of every query head of the group, and dQ's fp32
 // accumulator) fit half the L2. Every head at once leaves those rows to DRAM (B8 T2048 D128: 244 against 273 TFLOP/s
 // at four); fewer than four cost long sequences (GQA 32/8 D128 T8192: 395 at one, 431 at four; docs/perf-notes.md).
-// Deterministic mode takes every head together: there a key tile's dQ adds wait for the tile before it, so tiles of
-// one head running side by side would wait on each other in a chain.
+// Deterministic mode takes one kv head at a time where its key tiles come lightest first (each chain's next tile
+// starts later, and only the tiles of one head running side by side keep that head's rows in L2: GQA 32/8 D128 T8192
+// 346 against 290 TFLOP/s with every head at once; docs/perf-notes.md), two in ascending order (dq_ascending).
 int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
-  if (p.deterministic) return static_cast<int>(p.a.H);
+  if (p.deterministic) return std::min<int>(p.dq_ascending ? 2 : 1, static_cast<int>(p.a.H));
   const int64_t row_bytes = (p.a.K + p.a.V) * 2 + int64_t{p.K16} * 4;
   const int64_t head_bytes = std::max<int64_t>(1, p.a.B * p.a.T * p.a.group * row_bytes);
   const int64_t fit = int64_t{dev.l2_bytes} / 2 / head_bytes;
@@ -95,7 +96,13 @@ void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParam
   cuda::hopper::DkdvParams dp;
   const DeviceFacts dev = device_facts(args.q.device_index);
   dp.b = p;
-  dp.b.kv_heads_together = kv_heads_together(p, dev);
+  // Deterministic mode's ascending order (BackwardParams::dq_ascending) walks the query heads innermost, which the
+  // row sums and the sink's parts (summed per head over its rows) do not allow, and only the narrow kernel takes it;
+  // it pays where several query heads share the kv head and every key tile sees the rows below it; a window's key
+  // tiles see bands of like size, where it costs (GQA 32/8 D128 T8192 window 1024: 243 against 306 TFLOP/s).
+  dp.b.dq_ascending =
+      p.deterministic && !wide(p) && !p.needs_row_sums() && !p.sink_parts && p.a.group > 1 && p.a.window < 0;
+  dp.b.kv_heads_together = kv_heads_together(dp.b, dev);
   const cuda::ElementType type = p.a.dtype;
   if (wide(p)) {
     if (type == cuda::ElementType::f16) launch_wide<__half>(args, dp, keys, stream);
