@@ -101,6 +101,8 @@ TEST(Visibility, SliceFormsWithoutShiftAreTheSequenceForms) {
       for (int i = 0; i < len; ++i)
         for (int j = 0; j < len; ++j) ASSERT_EQ(visible(i, j, len, window), visible(i, j, len, window, 0, len));
     }
+}
+
 // first_key_tile_walking against the walks themselves: for every row block, the first key tile whose walk (its
 // rows_seeing_keys, from its first column, in whole row blocks) includes it.
 TEST(Visibility, FirstKeyTileWalkingMatchesTheWalks) {

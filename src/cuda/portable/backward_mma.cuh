@@ -243,7 +243,7 @@ struct RowSums {
 // rows' (pos_first = i_first, pos_len = len), key_end has no bound. A slice pair (visible()'s slice form): rows at
 // i + shift (pos_len = len + shift), and the keys end at key_end (Tk): a separate pass zeroes the columns past it,
 // taken only in a slice's last key tile (folding that compare into the per-element rule spilled the D64 kernel).
-template <int MT, int NT>
+template <bool kKeyEnd, int MT, int NT>
 __device__ __forceinline__ void probs(float (&s)[MT][NT][4], const RowTerms<MT>& rows, const float (&col)[NT][2],
                                       float scale_log2, bool masked, int pos_first, int j_first, int pos_len,
                                       int window, int key_end) {
@@ -263,7 +263,7 @@ __device__ __forceinline__ void probs(float (&s)[MT][NT][4], const RowTerms<MT>&
       for (int r = 0; r < 4; ++r)
         if (!visible(pos_first + 16 * mt + 8 * (r / 2), j_first + nt * 8 + r % 2, pos_len, window))
           s[mt][nt][r] = 0.f;
-  if (j_first + NT * 8 <= key_end) return;  // (a slice pair's last key tile)
+  if (!kKeyEnd || j_first + NT * 8 <= key_end) return;  // (a slice pair's last key tile)
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
