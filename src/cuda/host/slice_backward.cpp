@@ -1,14 +1,15 @@
 // A slice pair's backward on the cuda backend (context parallelism). Two paths, picked per call:
 //
-//   MMA   fp16 / bf16 with q, k, v and dout rows on 16-byte boundaries and tiles that fit the device (plan_dkdv):
-//         the portable backward's key-major dK/dV kernel (backward_dkdv.cuh, default mode) over the pair's Tk keys
-//         with its rows shifted against them, as the slice forward runs the tiled forward (AttentionParams::Tk,
-//         key_shift, gc_k; the mask and the key ranges from visibility.h's slice forms). lse and D are the given
-//         merged rows' (transposed into the row workspace; no D pass, no o), the cumulative gates' rows and keys
-//         transposed as in the forward. The kernel writes dk, dv (or head-part partials), adds dQ into the fp32
-//         accumulator and, with a gate, the row sums E and mass and the per-head column sums of dS. Then dq from its
-//         accumulator, the head parts' fixed-order sum, and launch_slice_grads: dgate_q = E - D mass, dgate_k =
-//         -colsum, the rows' sink parts -exp(sink - lse) D, summed per head in a fixed order (launch_slice_dsink).
+//   MMA   fp16 / bf16 with q, k, v and dout rows on 16-byte boundaries and tiles that fit the device (plan_dkdv): the
+//         portable backward's key-major dK/dV kernel (backward_dkdv.cuh, default mode, its kSlicePair variant) over
+//         the pair's Tk keys with its rows shifted against them, as the slice forward runs the tiled forward
+//         (AttentionParams::Tk, key_shift, gc_k; the mask and the key ranges from visibility.h's slice forms). lse
+//         and D are the given merged rows' (transposed into the row workspace; no D pass, no o), the cumulative
+//         gates' rows and keys transposed as in the forward. The kernel writes dk, dv (or head-part partials), adds
+//         dQ into the fp32 accumulator and, with a gate, the row sums E and mass and the per-head column sums of dS.
+//         Then dq from its accumulator, the head parts' fixed-order sum, and launch_slice_grads: dgate_q = E - D
+//         mass, dgate_k = -colsum, the rows' sink parts -exp(sink - lse) D, summed per head in a fixed order
+//         (launch_slice_dsink).
 //   SIMT  the rest, and where a test forces it (cuda::slice_backward_overrides): backward_simt.cu's slice kernels,
 //         a warp per row and per key recomputing every score (deterministic; the key kernel spills a few words).
 //

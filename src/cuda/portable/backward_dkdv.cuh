@@ -80,6 +80,8 @@ __device__ __forceinline__ int held_thread_index() {
 // kRowSums (BackwardParams::needs_row_sums: a gate or a sink): the E/mass row sums, the gate's row and
 // column terms and dS column sums. Without them (the common case) a step's gradient is just dS = P (dP - D),
 // which frees the registers and instructions those sums take next to the GEMMs.
+// kSlicePair (attention_backward_slice, AttentionParams::Tk): the rows shifted against Tk keys, the key bound and the
+// anchored gate terms; the whole-sequence variants carry none of them (their instructions are the same without).
 template <class T, int kD, bool kFull, bool kRowSums, bool kSlicePair>
 __global__ void __launch_bounds__(kMmaThreads, 1)
     dkdv_kernel(BackwardParams p, TileSchedule key_tiles, int slices, int stages, bool with_dq) {
@@ -256,7 +258,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     float dp[MS][NT][4];
     gemm_abt<T, MS, NT, kFull ? kD / 16 : 0, true>(dp, op().q_rows + kToDo, op().k_rows + kToV, LD, V16 / 16);
     const float anchor = anchor_col >= 0 ? terms[3 * kBr + anchor_col] : 0.f;
-    const RowTerms<MS> rt = row_terms_of<T, MS, kBr, kSlicePair>(terms, has_gate, anchor, s_m0 + g, i0 + s_m0 + g, len);
+    const RowTerms<MS> rt =
+        row_terms_of<T, MS, kBr, kSlicePair>(terms, has_gate, anchor, s_m0 + g, i0 + s_m0 + g, len);
     const bool masked = kSlicePair ? block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window, shift, a.key_end)
                                    : block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
     RowSums<MS> sums;
