@@ -214,13 +214,16 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     float* t_dst = stage_terms(stage);
     for (int e = tid; e < (gc ? kStepTerms : 2 * kBr); e += kMmaThreads) {
       const int part_of = e / kBr, r = e - part_of * kBr;  // part 3 (columns) spans kBc entries
-      const bool key_part = kSlicePair && part_of == 3;  // a slice pair's key columns: gc_k, key_len of them
-      const int pos = part_of < 3 ? i0 + r : j0 + (e - 3 * kBr);
-      const float* src = part_of == 0 ? p.lse + base
-                         : part_of == 1 ? p.D + base
-                         : key_part     ? a.gc_key_row(seq.batch, h) + seq.start
-                                        : gc;
-      const bool ok = pos < (key_part ? key_len : len);
+      const bool row_part = part_of < 3;
+      const int pos = row_part ? i0 + r : j0 + (e - 3 * kBr);
+      // A slice pair's key columns: gc_k's, Tk (key_end, a kernel parameter) of them.
+      const float* src = part_of == 0               ? p.lse + base
+                         : part_of == 1             ? p.D + base
+                         : row_part || !kSlicePair ? gc
+                                                    : a.gc_key_row(seq.batch, h) + seq.start;
+      // (The key bound written with the whole-sequence rule beside it, always true here: `pos < a.key_end` alone
+      // schedules the gated D128 slice-pair kernel into an 8-byte spill on sm_90a.)
+      const bool ok = row_part || !kSlicePair ? pos < len : (pos < a.key_end) & ((a.Tk > 0) | (pos < len));
       ptx::cp_async_4(t_dst + e, ok ? src + pos : p.lse, ok ? 4u : 0u);
     }
     ptx::cp_async_commit();
@@ -260,7 +263,7 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     const float anchor = anchor_col >= 0 ? terms[3 * kBr + anchor_col] : 0.f;
     const RowTerms<MS> rt =
         row_terms_of<T, MS, kBr, kSlicePair>(terms, has_gate, anchor, s_m0 + g, i0 + s_m0 + g, len);
-    const bool masked = kSlicePair ? block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window, shift, a.key_end)
+    const bool masked = kSlicePair ? block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window, a.key_shift, a.key_end)
                                    : block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
     RowSums<MS> sums;
 #pragma unroll
@@ -271,8 +274,9 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
                                                 LD, K16 / 16);
       float col_terms[NPS][2];
       col_terms_of<kSlicePair>(col_terms, terms + 3 * kBr, has_gate, anchor, n0 + 2 * c);
-      probs<kSlicePair>(s, rt, col_terms, a.scale_log2, masked, i0 + shift + s_m0 + g, j0 + n0 + 2 * c, len + shift,
-                        a.window, a.key_end);
+      const int row_shift = kSlicePair ? a.key_shift : 0;
+      probs<kSlicePair>(s, rt, col_terms, a.scale_log2, masked, i0 + row_shift + s_m0 + g, j0 + n0 + 2 * c,
+                        len + row_shift, a.window, a.key_end);
       grads<T, kRowSums>(dp, s, pass * NPS, rt, sums);
       store_fragment<T, MS, NPS>(sP, LDP, s, s_m0, n0, lane);
     }
@@ -336,8 +340,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       for (int col = tid; col < kBc; col += kMmaThreads) {
         float v = 0.f;
         for (int w = 0; w < SM; ++w) v += sColsum[w * kBc + col];
-        const int64_t key = kSlicePair ? p.key_index(seq.batch, h, seq.start + j0 + col) : base + j0 + col;
-        if (j0 + col < key_len) p.colsum[key] = v;
+        if (j0 + col < key_len)
+          p.colsum[kSlicePair ? p.key_index(seq.batch, h, seq.start + j0 + col) : base + j0 + col] = v;
       }
       // sColsum is next written after at least one more __syncthreads (the next step's first).
     }
