@@ -237,7 +237,10 @@ def test_context_parallel_on_the_gpu(case, mode):
 def run_dominant_key(rank, world, port, seed, mode):
     """bf16 on the CPU backend, a key 8 above the rest: every later row's mass sits on it, where D from the merged o
     rounded to bf16 misses SPEC 7 (dS = P (dP - D) cancels to D's error); with the slices' residuals merged and the
-    merged o's rest kept, D is the fp32 merge's."""
+    merged o's rest kept, D is the fp32 merge's. The rows are peaked (a score 8 above the rest), SPEC 7's bf16 bound
+    there is 0.01: each slice pair's dk share comes back rounded to bf16 before the fp32 sum, which costs the dominant
+    key's dk (a cancellation) up to 0.006 where the unsplit op gets 0.001-0.003; without the residuals dq is at
+    0.02-0.03."""
     from flashgate import distributed as cp
 
     import torch_reference as ref
@@ -258,7 +261,7 @@ def run_dominant_key(rank, world, port, seed, mode):
         for name, got, want in zip(["dq", "dk", "dv"], grads, whole_grads):
             want = cp.shard(want)
             err = ((got.double() - want).norm() / want.norm()).item()
-            assert err <= 0.005, f"rank {rank} of {world}, {mode}: {name} relative RMS {err:.3g}"
+            assert err <= 0.01, f"rank {rank} of {world}, {mode}: {name} relative RMS {err:.3g}"
 
 
 @pytest.mark.parametrize("mode", ["allgather", "ring"])

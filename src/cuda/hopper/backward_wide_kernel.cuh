@@ -484,6 +484,7 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
                                         int rank) {
   using Tile = DkdvWideTile<kK, kV>;
   using Consumer = bwd_wide::Consumer<T, kK, kV, kRowSums, kMe>;
+  using TurnRing = typename Buffers<kK, kV>::TurnRing;
   constexpr bool kPaired = Tile::kPair == 2;
   Consumer c(p.b, w, me, rank);
   // Named barriers of both consumers: 1 when both halves of P and dS are in, 4 (one P / dS buffer) when both are done
@@ -556,7 +557,6 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     ptx::wgmma_hold(dq);
     if constexpr (!kPaired) buf.release_q(s);
     // Deterministic mode: the adds in the turn the turn warp hands over.
-    using TurnRing = typename Buffers<kK, kV>::TurnRing;
     const int t = TurnRing::stage(it);
     if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), TurnRing::parity(it));
     c.add_sums(buf.sums(it % 2), st.h, st.i0);

@@ -46,7 +46,7 @@ void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const c
 // at four); fewer than four cost long sequences (GQA 32/8 D128 T8192: 395 at one, 431 at four; docs/perf-notes.md).
 // Deterministic mode takes one kv head at a time where its key tiles come lightest first (each chain's next tile
 // starts later, and only the tiles of one head running side by side keep that head's rows in L2: GQA 32/8 D128 T8192
-// 346 against 290 TFLOP/s with every head at once; docs/perf-notes.md), two in ascending order (dq_ascending).
+// 358 against 297-303 TFLOP/s with every head at once; docs/perf-notes.md), two in ascending order (dq_ascending).
 int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
   if (p.deterministic) return std::min<int>(p.dq_ascending ? 2 : 1, static_cast<int>(p.a.H));
   const int64_t row_bytes = (p.a.K + p.a.V) * 2 + int64_t{p.K16} * 4;
