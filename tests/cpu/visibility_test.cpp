@@ -1,7 +1,9 @@
 // The distance form of the visibility rule (what the forward's masked tiles evaluate) against visible(),
-// for every query inside the sequence, every key, and windows none / 0 / 1 / small / past the sequence.
+// for every query inside the sequence, every key, and windows none / 0 / 1 / small / past the sequence; and the slice
+// pair's forms (rows shifted against their keys) against the rule on positions.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <utility>
 
 #include "cuda/common/visibility.h"
@@ -26,6 +28,79 @@ TEST(Visibility, DistanceFormAtIntExtremes) {
   EXPECT_FALSE(visible_at_distance(-1, none));
   EXPECT_FALSE(visible_at_distance(-0x7fffffff - 1, none));
   EXPECT_FALSE(visible_at_distance(-1, distance_bound(0x7fffffff)));
+}
+
+// A slice pair's rule from positions: row i at key position i + shift sees key j of key_len keys when
+// 0 <= i + shift - j < window (or no window), both inside their slices.
+bool sees(int i, int j, int len, int window, int shift, int key_len) {
+  const int d = i + shift - j;
+  return i >= 0 && i < len && j >= 0 && j < key_len && d >= 0 && (window < 0 || d < window);
+}
+
+TEST(Visibility, SliceFormsMatchThePositions) {
+  for (int shift : {-40, -17, -1, 0, 1, 5, 16, 33, 64})
+    for (int window : {-1, 0, 1, 2, 7, 30})
+      for (int len : {1, 13, 32})
+        for (int key_len : {1, 9, 32, 45})
+          for (int i = 0; i < len; ++i)
+            for (int j = 0; j < key_len + 8; ++j) {
+              const bool want = sees(i, j, len, window, shift, key_len);
+              ASSERT_EQ(visible(i, j, len, window, shift, key_len), want)
+                  << "i=" << i << " j=" << j << " shift=" << shift << " window=" << window;
+              ASSERT_EQ(visible_key(i + shift, j, window, key_len), want)
+                  << "i=" << i << " j=" << j << " shift=" << shift << " window=" << window;
+            }
+}
+
+// The rows a key block is seen by (the key-major backward's row range): exactly the first to the last row that sees
+// one of its keys, empty when none does; blocks whose mask block_needs_mask skips hold only visible pairs.
+TEST(Visibility, SliceRowsSeeingKeysAreExact) {
+  for (int shift : {-40, -17, -1, 0, 1, 5, 16, 33, 64, 200})
+    for (int window : {-1, 0, 1, 2, 7, 30})
+      for (int len : {1, 13, 32, 70})
+        for (int key_len : {1, 9, 32, 45})
+          for (int cols : {8, 16})
+            for (int c0 = 0; c0 < key_len; c0 += cols) {
+              int first = -1, last = -1;
+              for (int i = 0; i < len; ++i)
+                for (int j = c0; j < c0 + cols; ++j)
+                  if (sees(i, j, len, window, shift, key_len)) {
+                    if (first < 0) first = i;
+                    last = i;
+                  }
+              const KeySpan s = rows_seeing_keys(c0, c0 + cols, len, window, shift, key_len);
+              const std::string at = "c0=" + std::to_string(c0) + " shift=" + std::to_string(shift) +
+                                     " window=" + std::to_string(window) + " len=" + std::to_string(len) +
+                                     " key_len=" + std::to_string(key_len);
+              if (first < 0) {
+                ASSERT_TRUE(s.empty()) << at << " got [" << s.begin << ", " << s.end << ")";
+                continue;
+              }
+              ASSERT_EQ(s.begin, first) << at;
+              ASSERT_EQ(s.end, last + 1) << at;
+              for (int r0 = 0; r0 < len; r0 += 4) {
+                if (block_needs_mask(r0, r0 + 4, c0, c0 + cols, len, window, shift, key_len)) continue;
+                for (int i = r0; i < r0 + 4 && i < len; ++i)
+                  for (int j = c0; j < c0 + cols; ++j)
+                    ASSERT_TRUE(sees(i, j, len, window, shift, key_len)) << at << " unmasked i=" << i << " j=" << j;
+              }
+            }
+}
+
+// With no shift and the sequence's own keys the slice forms are the whole-sequence ones.
+TEST(Visibility, SliceFormsWithoutShiftAreTheSequenceForms) {
+  const int len = 37;
+  for (int window : {-1, 0, 1, 5, 36, 100})
+    for (int c0 = 0; c0 < len; c0 += 8) {
+      const KeySpan a = rows_seeing_keys(c0, c0 + 8, len, window), b = rows_seeing_keys(c0, c0 + 8, len, window, 0, len);
+      EXPECT_EQ(a.empty(), b.empty());
+      if (!a.empty()) {
+        EXPECT_EQ(a.begin, b.begin);
+        EXPECT_EQ(a.end, b.end);
+      }
+      for (int i = 0; i < len; ++i)
+        for (int j = 0; j < len; ++j) ASSERT_EQ(visible(i, j, len, window), visible(i, j, len, window, 0, len));
+    }
 }
 
 // first_key_tile_walking against the walks themselves: for every row block, the first key tile whose walk (its

@@ -2,8 +2,9 @@
 // their own global positions, before, across and after each other, positions near 2^40 too) with and without gate,
 // sink, window and GQA, fp16 and bf16, against the cpu backend's slice ops on the same inputs. Forward: o within
 // SPEC §7's relative RMS, lse the same (-inf exactly where a row sees nothing). Backward (given the pair's own lse
-// and D = rowsum(o * dout); windows of 1 forward only): dq, dk, dv, the cumulative gates' gradients and dsink.
-// Outputs start poisoned.
+// and D = rowsum(o * dout); windows of 1 forward only): dq, dk, dv, the cumulative gates' gradients and dsink, each
+// case on the path the planner picks (the MMA kernels wherever they fit) and again on the forced SIMT path, a failure
+// naming the path that ran (cuda::last_slice_backward_path). Outputs start poisoned.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,13 +50,15 @@ struct SliceCase {
   bool gate, sink;
   OwnedTensor q, k, v, gate_q, gate_k, s;
 
-  static SliceCase random(int trial, flashgate::harness::Rng& rng) {
-    static const int64_t dims[] = {8, 40, 64, 96, 128, 200, 256};
+  // wide: head dims up to 512 (the backward's widest buckets) besides the usual ones.
+  static SliceCase random(int trial, flashgate::harness::Rng& rng, bool wide = false) {
+    static const int64_t dims[] = {8, 40, 64, 96, 128, 200, 256, 320, 512};
     static const int64_t windows[] = {-1, -1, 0, 1, 17, 130, 1000};
     SliceCase c;
     c.dtype = trial % 2 ? DType::bf16 : DType::f16;
     c.B = 1 + rng() % 2, c.H = 1 + rng() % 2, c.HQ = c.H * (1 + rng() % 3);
-    c.K = dims[rng() % 7], c.V = dims[rng() % 7];
+    const int64_t n_dims = wide ? 9 : 7;
+    c.K = dims[rng() % n_dims], c.V = dims[rng() % n_dims];
     c.Tq = 1 + rng() % 300, c.Tk = 1 + rng() % 300;
     // Near each other (before, across, after) or far apart; every so often at positions near 2^40.
     const int64_t base = trial % 5 == 4 ? (int64_t{1} << 40) : 0;
@@ -184,17 +187,33 @@ TEST(SliceForwardCuda, MatchesTheCpuSlice) {
   }
 }
 
+// The slice backward forced onto its SIMT kernels for one scope (cuda::slice_backward_overrides), or left to the planner.
+class ForcedSliceSimt {
+ public:
+  explicit ForcedSliceSimt(bool force) : saved_(flashgate::cuda::slice_backward_overrides().force_simt) {
+    flashgate::cuda::slice_backward_overrides().force_simt = force;
+  }
+  ~ForcedSliceSimt() { flashgate::cuda::slice_backward_overrides().force_simt = saved_; }
+  ForcedSliceSimt(const ForcedSliceSimt&) = delete;
+  ForcedSliceSimt& operator=(const ForcedSliceSimt&) = delete;
+
+ private:
+  bool saved_;
+};
+
 TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
   FLASHGATE_REQUIRE_GPU();
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FLASHGATE_SEED replays it)");
   flashgate::harness::Rng rng(seed);
+  int ran_mma = 0;
   for (int trial = 0; trial < 30; ++trial) {
     // A window of 1 or a key slice of one token leaves each row one key, whose dS = P (dP - D) is the rounding of
     // the given D against this kernel's fp32 dP: SPEC 7's peaked rows, whose true gradients vanish (the unsplit
     // tests check them with SPEC 7's floor); the forward test covers these slices.
-    SliceCase c = SliceCase::random(trial, rng);
-    while (c.Tk == 1) c = SliceCase::random(trial, rng);
+    const bool wide = trial % 3 == 2;
+    SliceCase c = SliceCase::random(trial, rng, wide);
+    while (c.Tk == 1) c = SliceCase::random(trial, rng, wide);
     if (c.window == 1) c.window = 2;
     SCOPED_TRACE(c.describe(trial));
     const SliceCase::Inputs host = c.on(Device::cpu);
@@ -235,20 +254,32 @@ TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
       if (c.window >= 0) a.window = c.window;
       flashgate::attention_backward_slice(a, fgtest::on(backend));
     };
-    Grads want = grads(Device::cpu), got = grads(Device::cuda);
+    Grads want = grads(Device::cpu);
     run(host, dout, lse, D, want, Backend::cpu);
-    run(c.on(Device::cuda), dout.to(Device::cuda), lse.to(Device::cuda), D.to(Device::cuda), got, Backend::cuda);
-    flashgate::harness::device_synchronize();
     const std::vector<bool> beyond = rows_beyond_fp32(c, host, lse);
-    expect_rows_close("dq", got.dq, want.dq, beyond, c.K, 0.01);
-    expect_keys_close("dk", got.dk, want.dk, beyond, 0.01);
-    expect_keys_close("dv", got.dv, want.dv, beyond, 0.01);
-    if (c.gate) {
-      expect_rows_close("dgate_q", got.dgq, want.dgq, beyond, 1, 0.01);
-      expect_keys_close("dgate_k", got.dgk, want.dgk, beyond, 0.01);
+    const SliceCase::Inputs dev = c.on(Device::cuda);
+    const OwnedTensor dout_dev = dout.to(Device::cuda), lse_dev = lse.to(Device::cuda), D_dev = D.to(Device::cuda);
+    for (const bool force_simt : {false, true}) {
+      ForcedSliceSimt forced(force_simt);
+      Grads got = grads(Device::cuda);
+      run(dev, dout_dev, lse_dev, D_dev, got, Backend::cuda);
+      flashgate::harness::device_synchronize();
+      const std::string path = flashgate::cuda::last_slice_backward_path();
+      SCOPED_TRACE("path " + path + (force_simt ? " (forced)" : " (the planner's)"));
+      if (force_simt) EXPECT_EQ(path, "simt");
+      else ran_mma += path == "mma";
+      expect_rows_close("dq", got.dq, want.dq, beyond, c.K, 0.01);
+      expect_keys_close("dk", got.dk, want.dk, beyond, 0.01);
+      expect_keys_close("dv", got.dv, want.dv, beyond, 0.01);
+      if (c.gate) {
+        expect_rows_close("dgate_q", got.dgq, want.dgq, beyond, 1, 0.01);
+        expect_keys_close("dgate_k", got.dgk, want.dgk, beyond, 0.01);
+      }
+      if (c.sink) fgtest::expect_close("dsink", got.dsink, want.dsink, 0.01);
     }
-    if (c.sink) fgtest::expect_close("dsink", got.dsink, want.dsink, 0.01);
   }
+  // Every sm80+ GPU holds at least the D64 bucket's tiles: the planner must have taken the MMA path somewhere.
+  EXPECT_GT(ran_mma, 0) << "no case ran on the MMA path";
 }
 
 // `auto` takes the cuda backend for a slice pair on GPU tensors (the hopper backend refuses slices), and refuses

@@ -42,6 +42,9 @@ struct AttentionParams {
   int64_t Tk = 0;
   int key_shift = 0;
   const float* gc_k = nullptr;
+  // Keys at or past this index are masked: a slice pair's Tk, no bound otherwise (a sequence's keys end with its
+  // rows). A plain kernel parameter, so that masks in register-bound loops compare against it without a register.
+  int key_end = 0x7fffffff;
 
   int64_t B = 0, T = 0, HQ = 0, H = 0, group = 1, num_seqs = 0;
   int K = 0, V = 0;
@@ -53,6 +56,9 @@ struct AttentionParams {
   // repacked (row_repack.h), outputs below it are stored element by element.
   int q_width = 16, k_width = 16, v_width = 16, o_width = 16;
   int o_residual_width = 16;  // the same of o_residual: 2-byte pairs of codes need 2
+
+  // Keys a sequence of len rows attends: a slice pair's Tk, else its own len.
+  FG_HOST_DEVICE int key_len(int len) const { return Tk > 0 ? static_cast<int>(Tk) : len; }
 
   // Gate prefix sums of batch b, query head h, indexed by the token index (global when packed).
   FG_HOST_DEVICE const float* gc_row(int64_t b, int64_t h) const { return gc + (b * HQ + h) * T; }

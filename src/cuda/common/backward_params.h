@@ -9,8 +9,13 @@
 
 namespace flashgate::cuda::bwd {
 
-// Everything the backward kernels read and write. Row vectors of the workspace (lse, D, E, colsum) are
-// laid out like the gate prefix sums: [B][HQ][T] fp32, see row_index.
+// Everything the backward kernels read and write. Row vectors of the workspace (lse, D, E, mass) are
+// laid out like the gate prefix sums: [B][HQ][T] fp32, see row_index; the per-key ones (colsum, the dK/dV head
+// parts) the same over the keys, key_rows of them per sequence (a slice pair's Tk, else T; see key_index).
+//
+// A slice pair (attention_backward_slice, dense) runs the MMA path with a.Tk keys and its rows shifted
+// (AttentionParams::Tk, key_shift, gc_k): lse and D are copies of the given merged rows' (no D pass), and
+// E, mass and colsum are turned into the two cumulative gates' gradients by launch_slice_grads.
 struct BackwardParams {
   AttentionParams a;                    // q, k, v, o, lse, g, sink, cu_seqlens, gc, sizes, scale, window
   TokenHeadTensor dout, dq, dk, dv, dg;
@@ -26,7 +31,7 @@ struct BackwardParams {
   float* D = nullptr;       // o·do
   float* E = nullptr;       // sum_j P dP (need_E)
   float* mass = nullptr;    // sum_j P, the visible keys' share of the row's softmax mass (gate)
-  float* colsum = nullptr;  // sum_i dS[i,t] per query head (gate)
+  float* colsum = nullptr;  // sum_i dS[i,t] per query head (gate), key_index's layout
   // The Hopper narrow dK/dV kernel with a sink and no gate (sink_part_index): each consumer warp's part of
   // sum exp(sink - lse_i) P_ij dP_ij over one key tile and query head, in place of E (dsink sums them in order).
   float* sink_parts = nullptr;
@@ -38,8 +43,8 @@ struct BackwardParams {
   // heads innermost and adding from the first tile to the last.
   bool dq_ascending = false;
   unsigned* next_item = nullptr;  // Hopper: the persistent dK/dV kernel's item dispenser (starts at 0)
-  float* dk_part = nullptr; // [head_parts][B][H][T][K16] scaled dk partials (head_parts > 1)
-  float* dv_part = nullptr; // [head_parts][B][H][T][V16]
+  float* dk_part = nullptr; // [head_parts][B][H][key_rows][K16] scaled dk partials (head_parts > 1)
+  float* dv_part = nullptr; // [head_parts][B][H][key_rows][V16]
   int head_parts = 1;       // the G query heads of a kv head split over this many CTAs (divides G)
   // Hopper dK/dV kernels: their items take the kv heads in groups of this many, each group's key tiles heaviest
   // first, so that the query rows a group's tiles walk (q, dO, dQ) stay in L2 while they do.
@@ -50,8 +55,10 @@ struct BackwardParams {
   FG_HOST_DEVICE bool needs_row_sums() const { return need_E || a.has_gate; }
 
   FG_HOST_DEVICE int64_t row_index(int64_t b, int64_t h, int64_t t) const { return (b * a.HQ + h) * a.T + t; }
+  FG_HOST_DEVICE int64_t key_rows() const { return a.Tk > 0 ? a.Tk : a.T; }
+  FG_HOST_DEVICE int64_t key_index(int64_t b, int64_t h, int64_t t) const { return (b * a.HQ + h) * key_rows() + t; }
   FG_HOST_DEVICE int64_t kv_row_index(int64_t part, int64_t b, int64_t hk, int64_t t) const {
-    return ((part * a.B + b) * a.H + hk) * a.T + t;
+    return ((part * a.B + b) * a.H + hk) * key_rows() + t;
   }
 };
 

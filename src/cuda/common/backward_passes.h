@@ -21,4 +21,11 @@ void launch_gate_grad(const BackwardParams& p, cudaStream_t stream);
 // dsink[h] = -sum over every row of head h of exp(sink[h] - lse_i) E_i (fixed order).
 void launch_sink_grad(const BackwardParams& p, cudaStream_t stream);
 
+// ---- backward_post.cu, a slice pair (attention_backward_slice)
+// From the MMA path's sums: dgate_q = E - D mass per row (G_q[i] enters s[i, j] with +1) and dgate_k = -colsum per
+// key and query head (G_k[j] with -1) with a gate; the rows' sink parts (slice_sink_part) into s.dsink_rows with a sink.
+void launch_slice_grads(const BackwardParams& p, const SliceBackwardParams& s, cudaStream_t stream);
+// dsink[h] = the sum of s.dsink_rows over head h's rows of every batch entry, in a fixed order (both paths).
+void launch_slice_dsink(const SliceBackwardParams& s, cudaStream_t stream);
+
 }  // namespace flashgate::cuda::bwd

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads) dq_convert_kernel(BackwardParams p, 
   });
 }
 
-// One warp per (b, kv head, t) row: out[b, t, hk, :] = the sum over parts of part[(part, b, hk, t), :],
+// One warp per (b, kv head, key t) row (key_rows of them per sequence): out[b, t, hk, :] = the sum over parts of part[(part, b, hk, t), :],
 // parts in order.
 template <class T>
 __global__ void __launch_bounds__(kThreads) dkv_reduce_kernel(BackwardParams p, const float* part, int dim,
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads) dkv_reduce_kernel(BackwardParams p, 
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
   const int64_t part_stride = rows * part_dim;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; r < rows; r += stride) {
-    const int64_t t = r % p.a.T, bh = r / p.a.T, hk = bh % p.a.H, b = bh / p.a.H;
+    const int64_t keys = p.key_rows(), t = r % keys, bh = r / keys, hk = bh % p.a.H, b = bh / p.a.H;
     T* dst = out.row<T>(b, t, hk);
     for (int d = lane; d < dim; d += 32) {
       const float* src = part + r * part_dim + d;
@@ -140,7 +140,47 @@ __global__ void __launch_bounds__(kThreads) sink_grad_kernel(BackwardParams p) {
   }
 }
 
+// A slice pair: rows x < rows are the query rows (row_index order), the rest the keys (key_index order).
+__global__ void __launch_bounds__(kThreads) slice_grads_kernel(BackwardParams p, SliceBackwardParams s, int64_t rows,
+                                                               int64_t keys) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
+  for (int64_t x = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; x < rows + keys; x += stride) {
+    if (x < rows) {
+      const int64_t i = x % p.a.T, bh = x / p.a.T, h = bh % p.a.HQ, b = bh / p.a.HQ;
+      if (p.a.has_gate) *s.dgate_q.row<float>(b, i, h) = p.E[x] - p.D[x] * p.mass[x];
+      if (p.a.has_sink) s.dsink_rows[x] = slice_sink_part(p.a.sink[h], p.lse[x], p.D[x]);
+    } else {
+      const int64_t y = x - rows, j = y % p.key_rows(), bh = y / p.key_rows(), h = bh % p.a.HQ, b = bh / p.a.HQ;
+      *s.dgate_k.row<float>(b, j, h) = -p.colsum[y];
+    }
+  }
+}
+
+// dsink[h]: its rows' parts over every batch entry, one block per head, in a fixed order.
+__global__ void __launch_bounds__(kThreads) slice_dsink_kernel(SliceBackwardParams p) {
+  __shared__ float scratch[kWarps];
+  const int64_t h = blockIdx.x;
+  float x = 0.f;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t i = threadIdx.x; i < p.Tq; i += kThreads) x += p.dsink_rows[(b * p.HQ + h) * p.Tq + i];
+  const float total = block_sum<kThreads>(x, scratch);
+  if (threadIdx.x == 0) p.dsink[h] = total;
+}
+
 }  // namespace
+
+void launch_slice_grads(const BackwardParams& p, const SliceBackwardParams& s, cudaStream_t stream) {
+  const int64_t rows = p.a.B * p.a.HQ * p.a.T, keys = p.a.has_gate ? p.a.B * p.a.HQ * p.key_rows() : 0;
+  if (rows + keys == 0 || !(p.a.has_gate || p.a.has_sink)) return;
+  slice_grads_kernel<<<grid_for(rows + keys, kThreads), kThreads, 0, stream>>>(p, s, rows, keys);
+  FLASHGATE_CHECK_LAUNCH("slice_grads_kernel");
+}
+
+void launch_slice_dsink(const SliceBackwardParams& s, cudaStream_t stream) {
+  if (!s.has_sink || s.HQ == 0) return;
+  slice_dsink_kernel<<<static_cast<unsigned>(s.HQ), kThreads, 0, stream>>>(s);
+  FLASHGATE_CHECK_LAUNCH("slice_dsink_kernel");
+}
 
 void launch_dq_convert(const BackwardParams& p, cudaStream_t stream) {
   if (p.a.B * p.a.HQ * p.a.T == 0) return;
@@ -158,7 +198,7 @@ void launch_dq_convert(const BackwardParams& p, cudaStream_t stream) {
 }
 
 void launch_dkv_reduce(const BackwardParams& p, cudaStream_t stream) {
-  const int64_t rows = p.a.B * p.a.H * p.a.T;
+  const int64_t rows = p.a.B * p.a.H * p.key_rows();
   if (rows == 0) return;
   with_element_type(p.a.dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -10,6 +10,12 @@
 
 namespace flashgate::cuda::bwd {
 
+// A slice pair's row's share of dsink (the one place for this rule): -exp(sink - lse) D with the merged row's lse
+// and D, 0 for a row that sees nothing.
+__device__ __forceinline__ float slice_sink_part(float sink, float lse, float d) {
+  return lse != -INFINITY ? -expf(sink - lse) * d : 0.f;
+}
+
 // Sum over a block of kThreads threads in a fixed order (deterministic); the result is valid in thread 0.
 template <int kThreads>
 __device__ __forceinline__ float block_sum(float x, float* scratch /* kThreads / 32 floats */) {

@@ -50,6 +50,17 @@ inline TileSchedule make_tile_schedule(const AttentionParams& p, int tile_rows, 
   return s;
 }
 
+// The key tiles of a backward: over a slice pair's Tk keys (AttentionParams::Tk; slices are dense), else as
+// make_tile_schedule.
+inline TileSchedule make_key_tile_schedule(const AttentionParams& p, int tile_rows, const TileMapEntry* map) {
+  if (p.Tk <= 0) return make_tile_schedule(p, tile_rows, map);
+  TileSchedule s;
+  s.tile_rows = tile_rows;
+  s.tiles_per_seq = ceil_div(p.Tk, tile_rows);
+  s.num_tiles = p.B * s.tiles_per_seq;
+  return s;
+}
+
 // Fills the tile map of a packed schedule (no-op when dense).
 void launch_build_tile_map(const AttentionParams& p, const TileSchedule& s, TileMapEntry* map, CUstream_st* stream);
 

@@ -16,6 +16,18 @@ FG_HOST_DEVICE bool visible(int i, int j, int len, int window) {
   return (j <= i) & (i < len) & ((window < 0) | (i - j < window));
 }
 
+// The key side of the rule for a row at key position pos among key_len keys: j <= pos, pos - j < window, j inside
+// the keys. Kernels whose rows past the sequence carry no weight anyway (their lse term is -inf) mask with it alone.
+FG_HOST_DEVICE bool visible_key(int pos, int j, int window, int key_len) {
+  return (j <= pos) & (j < key_len) & ((window < 0) | (pos - j < window));
+}
+
+// The same for a slice pair (attention_forward_slice / attention_backward_slice): row i sits at key position
+// i + shift among key_len keys, which also ends what it may see (rows may lie past every key).
+FG_HOST_DEVICE bool visible(int i, int j, int len, int window, int shift, int key_len) {
+  return visible_key(i + shift, j, window, key_len) & (i < len);
+}
+
 // visible() for a query inside the sequence (i < len) as one unsigned compare of the distance d = i - j:
 // 0 <= d < window, or 0 <= d without a window. Kernels that mask a whole tile keep d per thread and add
 // constant offsets, instead of evaluating visible() per score.
@@ -63,6 +75,17 @@ FG_HOST_DEVICE KeySpan rows_seeing_keys(int col_begin, int col_end, int len, int
   const int last_col = (col_end < len ? col_end : len) - 1;
   s.end = window < 0 ? len : last_col + window;  // the last query that still sees last_col, plus one
   if (s.end > len) s.end = len;
+  return s;
+}
+
+// The same for a slice pair: rows [begin, end) of the len rows, row r at key position r + shift, that any key of
+// columns [col_begin, col_end) (clipped to the key_len keys) is seen by.
+FG_HOST_DEVICE KeySpan rows_seeing_keys(int col_begin, int col_end, int len, int window, int shift, int key_len) {
+  if (col_begin >= key_len) return KeySpan{};
+  KeySpan s = rows_seeing_keys(col_begin, col_end < key_len ? col_end : key_len, len + shift, window);
+  if (s.empty()) return KeySpan{};
+  s.begin -= shift, s.end -= shift;
+  if (s.begin < 0) s.begin = 0;
   return s;
 }
 

@@ -82,6 +82,20 @@ std::string slice_refusal(const Tensor& q, const detail::SliceProblem& p) {
   return "";
 }
 
+AttentionParams make_slice_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sink,
+                                  const detail::SliceProblem& sp) {
+  detail::AttentionProblem p;
+  p.B = sp.B, p.T = sp.Tq, p.HQ = sp.HQ, p.H = sp.H, p.K = sp.K, p.V = sp.V, p.num_seqs = sp.B;
+  p.scale = sp.scale, p.window = sp.window;
+  p.has_gate = sp.has_gate, p.has_sink = sp.has_sink, p.has_lse = true;
+  AttentionParams r = make_attention_params(q, k, v, Tensor{}, sink, Tensor{}, p);
+  const SlicePositions at = slice_positions(sp);
+  r.has_lse = true;
+  r.Tk = sp.Tk, r.key_end = static_cast<int>(sp.Tk);
+  r.key_shift = at.shift, r.window = at.window;
+  return r;
+}
+
 SlicePositions slice_positions(const detail::SliceProblem& p) {
   int64_t shift = p.q_start - p.k_start, window = p.window;
   if (shift > p.Tk) {

@@ -35,6 +35,10 @@ struct SlicePositions {
   int shift = 0, window = -1;
 };
 SlicePositions slice_positions(const detail::SliceProblem& p);
+// A slice pair's parameters (forward and backward): q, k, v and sink as make_attention_params takes a dense batch of
+// Tq rows, with the pair's Tk keys, key_shift and window (slice_positions) and lse expected; the caller adds the rest.
+AttentionParams make_slice_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sink,
+                                  const detail::SliceProblem& p);
 // What the cuda backend's slice kernels (forward and backward) cannot take, "" when they can: fp16 / bf16 only, and
 // slices below 2^30 tokens (a row's key position, row + shift with |shift| <= Tq + Tk, stays 32-bit).
 std::string slice_refusal(const Tensor& q, const detail::SliceProblem& p);

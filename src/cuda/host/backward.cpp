@@ -103,37 +103,25 @@ struct Plan {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Chooses the path and, for the MMA path, the column slices and how many CTAs share a kv head's query
-// heads (p.head_parts): split only while the grid would leave SMs idle.
+// One grid axis carries every CTA; beyond it (never in practice) the SIMT path's grid-stride loops serve.
+constexpr int64_t kMaxGrid = std::numeric_limits<int32_t>::max();
+
+// Chooses the path and, for the MMA path, the dK/dV kernel's plan (plan_dkdv) and the dq kernel's.
 Plan make_plan(const BackwardArgs& args, BackwardParams& p, const DeviceFacts& dev, DkdvKernels kernels) {
   Plan plan;
   p.head_parts = 1;
   if (p.a.dtype == ElementType::f32) return plan;
-  plan.bucket = cuda::bwd::bucket_for(p.K16, p.V16);
-  plan.tiles = cuda::bwd::tile_sizes(plan.bucket);
-  // Two stages (prefetch the next step) where shared memory allows, else one; the dq kernel keeps
-  // dq_min_blocks CTAs per SM. Nothing fits: the SIMT path.
+  const DkdvPlan kv = plan_dkdv(p, dev);
+  plan.bucket = kv.bucket, plan.tiles = kv.tiles, plan.slices_kv = kv.slices, plan.stages_kv = kv.stages;
+  // The dq kernel keeps dq_min_blocks CTAs per SM. Nothing fits: the SIMT path.
   const size_t optin = static_cast<size_t>(dev.smem_optin), per_sm = static_cast<size_t>(dev.smem_per_sm);
   const TileSizes& t = plan.tiles;
-  plan.stages_kv = t.smem_dkdv[2] <= optin ? 2 : t.smem_dkdv[1] <= optin ? 1 : 0;
   const bool dq_two = t.smem_dq[2] <= optin && t.smem_dq[2] * t.dq_min_blocks <= per_sm;
   plan.stages_q = dq_two ? 2 : t.smem_dq[1] <= optin ? 1 : 0;
-  if (plan.stages_kv == 0 || ((p.deterministic || p.exact_D) && plan.stages_q == 0)) return plan;
-
-  plan.slices_kv = static_cast<int>(ceil_div(std::max(p.K16, p.V16), plan.tiles.slice_kv));
   plan.slices_q = static_cast<int>(ceil_div(p.K16, plan.tiles.dq_slice));
-  const int64_t key_tiles = cuda::make_tile_schedule(p.a, plan.tiles.key_tile, nullptr).num_tiles;
   const int64_t query_tiles = cuda::make_tile_schedule(p.a, plan.tiles.dq_rows, nullptr).num_tiles;
-  const int64_t ctas = key_tiles * p.a.H * plan.slices_kv;
-  const int64_t group = p.a.group;
-  for (int64_t parts = 1; parts <= group; ++parts) {
-    if (group % parts != 0) continue;
-    p.head_parts = static_cast<int>(parts);
-    if (ctas * parts >= 2 * dev.sms) break;
-  }
-  // One grid axis carries every CTA; beyond it (never in practice) the SIMT path's grid-stride loops serve.
-  const int64_t max_grid = std::numeric_limits<int32_t>::max();
-  if (ctas * p.head_parts > max_grid || query_tiles * p.a.HQ * plan.slices_q > max_grid) {
+  if (!kv.fits || ((p.deterministic || p.exact_D) && plan.stages_q == 0) ||
+      query_tiles * p.a.HQ * plan.slices_q > kMaxGrid) {
     p.head_parts = 1;
     return plan;
   }
@@ -218,11 +206,21 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
 
 // The dK/dV kernel's variant: with the row sums and gate terms only where a gate or a sink needs them.
 template <class T, int kD>
-void launch_dkdv(const BackwardParams& p, const Plan& plan, const TileSchedule& keys, cudaStream_t stream) {
+void launch_dkdv(const BackwardParams& p, int slices, int stages, const TileSchedule& keys, cudaStream_t stream) {
   if (p.needs_row_sums())
-    cuda::bwd::launch_dkdv_mma<T, kD, true>(p, keys, plan.slices_kv, plan.stages_kv, stream);
+    cuda::bwd::launch_dkdv_mma<T, kD, true>(p, keys, slices, stages, stream);
   else
-    cuda::bwd::launch_dkdv_mma<T, kD, false>(p, keys, plan.slices_kv, plan.stages_kv, stream);
+    cuda::bwd::launch_dkdv_mma<T, kD, false>(p, keys, slices, stages, stream);
+}
+
+template <class T>
+void launch_dkdv_bucket(const BackwardParams& p, const DkdvPlan& plan, const TileSchedule& keys, cudaStream_t stream) {
+  switch (plan.bucket) {
+    case 64: return launch_dkdv<T, 64>(p, plan.slices, plan.stages, keys, stream);
+    case 128: return launch_dkdv<T, 128>(p, plan.slices, plan.stages, keys, stream);
+    case 256: return launch_dkdv<T, 256>(p, plan.slices, plan.stages, keys, stream);
+    default: return launch_dkdv<T, 512>(p, plan.slices, plan.stages, keys, stream);
+  }
 }
 
 // One bucket's kernels in order: exact_D's pre-pass (D = sum_j P dP, one slice), then the Hopper dK/dV kernel
@@ -238,7 +236,7 @@ void launch_bucket(const BackwardArgs& args, const BackwardParams& p, const Plan
   (void)args;
 #endif
   if (p.deterministic) launch_dq_mma<T, kD>(p, queries, plan.slices_q, plan.stages_q, /*d_only=*/false, stream);
-  launch_dkdv<T, kD>(p, plan, keys, stream);
+  launch_dkdv<T, kD>(p, plan.slices_kv, plan.stages_kv, keys, stream);
 }
 
 template <class T>
@@ -259,6 +257,38 @@ void zero_async(T* ptr, int64_t count, cudaStream_t stream) {
 }
 
 }  // namespace
+
+DkdvPlan plan_dkdv(BackwardParams& p, const DeviceFacts& dev) {
+  DkdvPlan plan;
+  p.head_parts = 1;
+  plan.bucket = cuda::bwd::bucket_for(p.K16, p.V16);
+  plan.tiles = cuda::bwd::tile_sizes(plan.bucket);
+  // Two stages (prefetch the next step) where shared memory allows, else one.
+  const size_t optin = static_cast<size_t>(dev.smem_optin);
+  plan.stages = plan.tiles.smem_dkdv[2] <= optin ? 2 : plan.tiles.smem_dkdv[1] <= optin ? 1 : 0;
+  if (plan.stages == 0) return plan;
+  plan.slices = static_cast<int>(ceil_div(std::max(p.K16, p.V16), plan.tiles.slice_kv));
+  const int64_t key_tiles = cuda::make_key_tile_schedule(p.a, plan.tiles.key_tile, nullptr).num_tiles;
+  const int64_t ctas = key_tiles * p.a.H * plan.slices;
+  const int64_t group = p.a.group;
+  for (int64_t parts = 1; parts <= group; ++parts) {
+    if (group % parts != 0) continue;
+    p.head_parts = static_cast<int>(parts);
+    if (ctas * parts >= 2 * dev.sms) break;
+  }
+  if (ctas * p.head_parts > kMaxGrid) {
+    p.head_parts = 1;
+    return plan;
+  }
+  plan.fits = true;
+  return plan;
+}
+
+void launch_portable_dkdv(const BackwardParams& p, const DkdvPlan& plan, const TileSchedule& keys,
+                          CUstream_st* stream) {
+  if (p.a.dtype == ElementType::f16) launch_dkdv_bucket<__half>(p, plan, keys, stream);
+  else launch_dkdv_bucket<__nv_bfloat16>(p, plan, keys, stream);
+}
 
 std::string backward_refusal(const BackwardArgs&, const detail::AttentionProblem& prob) {
   if (prob.T > std::numeric_limits<int32_t>::max())
@@ -323,7 +353,7 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
     if (maps.k) a.k = cuda::repack_rows(a.k, a.B, a.T, a.H, a.K, maps.k, stream), a.k_width = 16;
     if (maps.v) a.v = cuda::repack_rows(a.v, a.B, a.T, a.H, a.V, maps.v, stream), a.v_width = 16;
     if (maps.dout) p.dout = cuda::repack_rows(p.dout, a.B, a.T, a.HQ, a.V, maps.dout, stream), p.do_width = 16;
-    const TileSchedule keys = cuda::make_tile_schedule(p.a, plan.tiles.key_tile, maps.keys);
+    const TileSchedule keys = cuda::make_key_tile_schedule(p.a, plan.tiles.key_tile, maps.keys);
     cuda::launch_build_tile_map(p.a, keys, maps.keys, stream);
     TileSchedule queries;
     if (query_major_pass(p, plan)) {

@@ -26,6 +26,10 @@
 //                                partials (when GQA heads were split over CTAs), dg = per-sequence suffix sum
 //                                of dGc, dsink = -sum_i exp(sink - lse_i) E_i.
 //
+// A slice pair (attention_backward_slice, host/slice_backward.cpp) runs the same dK/dV kernel in default mode over
+// its Tk keys with its rows shifted against them (AttentionParams::Tk, key_shift, gc_k), lse and D given, and
+// launch_slice_grads in place of the gate and sink passes.
+//
 // Numerics: fp32 accumulation everywhere; P and dS are rounded to the input dtype only as MMA operands (fp16 P with a
 // factor of 2^15 where a sink can come, so that rows whose mass the sink holds keep P's bits: PScale, element.h).
 // dS = P (dP - D) uses D = o·do from the stored output (FlashAttention's way), except for K <= 16 and where every
@@ -61,9 +65,28 @@
 #include <string>
 
 #include "api/problem.h"
+#include "cuda/common/backward_params.h"
+#include "cuda/common/tile_scheduler.h"
+#include "cuda/host/device_facts.h"
+#include "cuda/portable/backward_tiles.h"
 #include "flashgate/ops.h"
 
 namespace flashgate::host {
+
+// The portable dK/dV kernel's plan for p (the one place for this rule; the whole-sequence and the slice backward
+// share it): the head-dim bucket and its tiles, column slices, stages (two buffers where shared memory allows,
+// else one), and p.head_parts, the CTAs that share a kv head's query heads (split only while the grid would leave
+// SMs idle). fits: the tiles fit the device and the grid one axis (else p.head_parts = 1).
+struct DkdvPlan {
+  bool fits = false;
+  int bucket = 0;
+  cuda::bwd::TileSizes tiles;
+  int slices = 1, stages = 0;
+};
+DkdvPlan plan_dkdv(cuda::bwd::BackwardParams& p, const DeviceFacts& dev);
+// The portable dK/dV kernel of plan's bucket for p's dtype (fp16 / bf16), with the row sums where p needs them.
+void launch_portable_dkdv(const cuda::bwd::BackwardParams& p, const DkdvPlan& plan, const cuda::TileSchedule& keys,
+                          CUstream_st* stream);
 
 // The dK/dV kernel family of a backward: the portable one (every GPU from sm_80) or, on sm_90 for the requests
 // hopper_backward_refusal accepts, the Hopper one (the `hopper` backend's backward). The passes around it are

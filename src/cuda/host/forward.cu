@@ -108,22 +108,11 @@ void launch_tiled(const AttentionParams& p, const cuda::TileSchedule& sched, con
 
 // ---- slice pairs (attention_forward_slice): the tiled kernels over Tk keys with the rows shifted ----------------
 
-detail::AttentionProblem as_attention(const detail::SliceProblem& sp) {
-  detail::AttentionProblem p;
-  p.B = sp.B, p.T = sp.Tq, p.HQ = sp.HQ, p.H = sp.H, p.K = sp.K, p.V = sp.V, p.num_seqs = sp.B;
-  p.scale = sp.scale, p.window = sp.window;
-  p.has_gate = sp.has_gate, p.has_sink = sp.has_sink, p.has_lse = true;
-  return p;
-}
-
 AttentionParams slice_params(const SliceForwardArgs& a, const detail::SliceProblem& sp) {
-  AttentionParams p = cuda::make_attention_params(a.q, a.k, a.v, Tensor{}, a.sink, Tensor{}, as_attention(sp));
+  AttentionParams p = cuda::make_slice_params(a.q, a.k, a.v, a.sink, sp);
   p.o = cuda::token_head_view(a.o), p.o_width = cuda::row_copy_width(a.o);
   p.o_residual = cuda::token_head_view(a.o_residual), p.o_residual_width = cuda::row_copy_width(a.o_residual);
-  p.lse = cuda::token_head_view(a.lse), p.has_lse = true;
-  const cuda::SlicePositions at = cuda::slice_positions(sp);
-  p.Tk = sp.Tk;
-  p.key_shift = at.shift, p.window = at.window;
+  p.lse = cuda::token_head_view(a.lse);
   return p;
 }
 

@@ -14,4 +14,13 @@ struct ServingOverrides {
 
 ServingOverrides& serving_overrides();
 
+// The slice backward (host/slice_backward.cpp): force_simt takes the SIMT kernels where the MMA path could run.
+struct SliceBackwardOverrides {
+  bool force_simt = false;
+};
+SliceBackwardOverrides& slice_backward_overrides();
+// "mma" or "simt": the path the latest slice backward on the cuda backend took in this thread ("" before any), so
+// that a test's failure can name it.
+const char* last_slice_backward_path();
+
 }  // namespace flashgate::cuda

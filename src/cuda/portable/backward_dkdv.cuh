@@ -18,10 +18,11 @@
 namespace flashgate::cuda::bwd {
 
 // A step's row and column terms from its shared copy (lse[kBr] | D[kBr] | Gc of the rows [kBr] | Gc of the
-// key columns), the same values load_row_terms / load_col_terms read from global memory.
-template <class T, int MT, int kBr>
-__device__ __forceinline__ RowTerms<MT> row_terms_of(const float* terms, bool has_gate, int r_first, int i_first,
-                                                     int len) {
+// key columns), the same values load_row_terms / load_col_terms read from global memory, with the gate terms
+// taken relative to `anchor` (0, or a slice pair's Gc at one key of the tile: anchored_gate_term).
+template <class T, int MT, int kBr, bool kAnchored>
+__device__ __forceinline__ RowTerms<MT> row_terms_of(const float* terms, bool has_gate, float anchor, int r_first,
+                                                     int i_first, int len) {
   RowTerms<MT> rt;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -33,19 +34,24 @@ __device__ __forceinline__ RowTerms<MT> row_terms_of(const float* terms, bool ha
       if (i_first + 16 * mt + 8 * hi < len) {
         const float lse = terms[r];
         const float gc = has_gate ? terms[2 * kBr + r] : 0.f;
-        if (lse != -INFINITY) rt.term[mt][hi] = PScale<T>::plus_log2((gc - lse) * kLog2e);
+        const float term = kAnchored ? anchored_gate_term(gc, lse, anchor) : gc - lse;
+        if (lse != -INFINITY) rt.term[mt][hi] = PScale<T>::plus_log2(term * kLog2e);
         rt.d[mt][hi] = terms[kBr + r] * PScale<T>::kInv;
       }
     }
   return rt;
 }
 
-template <int NT>
-__device__ __forceinline__ void col_terms_of(float (&col)[NT][2], const float* col_gc, bool has_gate, int c_first) {
+template <bool kAnchored, int NT>
+__device__ __forceinline__ void col_terms_of(float (&col)[NT][2], const float* col_gc, bool has_gate, float anchor,
+                                             int c_first) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int lo = 0; lo < 2; ++lo) col[nt][lo] = has_gate ? col_gc[c_first + nt * 8 + lo] * kLog2e : 0.f;
+    for (int lo = 0; lo < 2; ++lo)
+      col[nt][lo] = has_gate ? (kAnchored ? __fsub_rn(col_gc[c_first + nt * 8 + lo], anchor)
+                                          : col_gc[c_first + nt * 8 + lo]) * kLog2e
+                             : 0.f;
 }
 
 // The dK/dV kernel's ldmatrix addresses (the one place for this rule): 32-bit shared addresses formed once
@@ -74,7 +80,9 @@ __device__ __forceinline__ int held_thread_index() {
 // kRowSums (BackwardParams::needs_row_sums: a gate or a sink): the E/mass row sums, the gate's row and
 // column terms and dS column sums. Without them (the common case) a step's gradient is just dS = P (dP - D),
 // which frees the registers and instructions those sums take next to the GEMMs.
-template <class T, int kD, bool kFull, bool kRowSums>
+// kSlicePair (attention_backward_slice, AttentionParams::Tk): the rows shifted against Tk keys, the key bound and the
+// anchored gate terms; the whole-sequence variants carry none of them (their instructions are the same without).
+template <class T, int kD, bool kFull, bool kRowSums, bool kSlicePair>
 __global__ void __launch_bounds__(kMmaThreads, 1)
     dkdv_kernel(BackwardParams p, TileSchedule key_tiles, int slices, int stages, bool with_dq) {
   using C = TileConfig<kD>;
@@ -119,16 +127,21 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const TileMapEntry te = key_tile_heaviest_first(key_tiles, tile);
   if (te.seq < 0) return;
   const SequenceSpan seq = sequence_span(a, te.seq);
-  const int j0 = te.tile * kBc, len = seq.len;
-  if (j0 >= len) return;
+  // len query rows against key_len keys, row i at key position i + shift: a slice pair's (AttentionParams::Tk,
+  // key_shift), else the sequence's own keys (shift 0). Keys past key_len are zero-filled and masked.
+  const int len = seq.len, key_len = kSlicePair ? a.key_len(len) : len, shift = kSlicePair ? a.key_shift : 0;
+  const int j0 = te.tile * kBc;
+  if (j0 >= key_len) return;
+  // A slice pair's gate terms are anchored at the Gc of this tile's middle key (or its last; anchored_gate_term).
+  const int anchor_col = kSlicePair && has_gate && a.gc_k ? min(kBc / 2, key_len - 1 - j0) : -1;
   const int col0 = slice * kSlice;  // first dK/dV/dQ column of this slice
   const bool first_slice = slice == 0;
 
   // K and V tiles stay for the whole CTA.
-  load_tile<T, kBc, kD, LD, kMmaThreads>(sK, a.k.row<T>(seq.batch, seq.start + j0, hk), a.k.token_stride, len - j0,
-                                         a.K, p.K16, tid);
-  load_tile<T, kBc, kD, LD, kMmaThreads>(sV, a.v.row<T>(seq.batch, seq.start + j0, hk), a.v.token_stride, len - j0,
-                                         a.V, p.V16, tid);
+  load_tile<T, kBc, kD, LD, kMmaThreads>(sK, a.k.row<T>(seq.batch, seq.start + j0, hk), a.k.token_stride,
+                                         key_len - j0, a.K, p.K16, tid);
+  load_tile<T, kBc, kD, LD, kMmaThreads>(sV, a.v.row<T>(seq.batch, seq.start + j0, hk), a.v.token_stride,
+                                         key_len - j0, a.V, p.V16, tid);
   ptx::cp_async_commit();
 
   const int sm = warp / SN, sn = warp % SN;  // score block of this warp: rows s_m0.., columns s_n0..
@@ -169,8 +182,11 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   // next to the step's row terms (lse, D, Gc of its rows) and the Gc of the key columns. The terms travel
   // through shared memory with the tiles, so they cost no registers across the GEMMs (the dK/dV
   // accumulators and S/dP take nearly all of them) and no global-load latency after them.
-  const KeySpan rows = rows_seeing_keys(j0, j0 + kBc, len, a.window);
-  const int tiles_per_head = rows.empty() ? 0 : (rows.end - rows.begin + kBr - 1) / kBr;
+  // Row tiles start 16-aligned (dq_acc's row groups): a shifted slice's first seeing row need not be.
+  const KeySpan seeing = kSlicePair ? rows_seeing_keys(j0, j0 + kBc, len, a.window, shift, key_len)
+                                    : rows_seeing_keys(j0, j0 + kBc, len, a.window);
+  const KeySpan rows{kSlicePair ? seeing.begin & ~15 : seeing.begin, seeing.end};
+  const int tiles_per_head = seeing.empty() ? 0 : (rows.end - rows.begin + kBr - 1) / kBr;
   const int heads_per_part = static_cast<int>(a.group / p.head_parts);
   const int64_t h_first = hk * a.group + part * heads_per_part;
   const int steps = heads_per_part * tiles_per_head;
@@ -192,15 +208,22 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       load_tile<T, kBr, kD, LD, kMmaThreads>(q_dst + kBr * LD, p.dout.row<T>(seq.batch, seq.start + i0, h),
                                              p.dout.token_stride, len - i0, a.V, p.V16, tid);
     }
-    // Terms: lse[kBr] | D[kBr] | Gc of the rows [kBr] | Gc of the key columns [kBc]; zero past len.
+    // Terms: lse[kBr] | D[kBr] | Gc of the rows [kBr] | Gc of the key columns [kBc]; zero past len / key_len.
     const int64_t base = p.row_index(seq.batch, h, seq.start);
     const float* gc = has_gate ? a.gc_row(seq.batch, h) + seq.start : nullptr;
     float* t_dst = stage_terms(stage);
     for (int e = tid; e < (gc ? kStepTerms : 2 * kBr); e += kMmaThreads) {
       const int part_of = e / kBr, r = e - part_of * kBr;  // part 3 (columns) spans kBc entries
-      const int pos = part_of < 3 ? i0 + r : j0 + (e - 3 * kBr);
-      const float* src = part_of == 0 ? p.lse + base : part_of == 1 ? p.D + base : gc;
-      const bool ok = pos < len;
+      const bool row_part = part_of < 3;
+      const int pos = row_part ? i0 + r : j0 + (e - 3 * kBr);
+      // A slice pair's key columns: gc_k's, Tk (key_end, a kernel parameter) of them.
+      const float* src = part_of == 0               ? p.lse + base
+                         : part_of == 1             ? p.D + base
+                         : row_part || !kSlicePair ? gc
+                                                    : a.gc_key_row(seq.batch, h) + seq.start;
+      // (The key bound written with the whole-sequence rule beside it, always true here: `pos < a.key_end` alone
+      // schedules the gated D128 slice-pair kernel into an 8-byte spill on sm_90a.)
+      const bool ok = row_part || !kSlicePair ? pos < len : (pos < a.key_end) & ((a.Tk > 0) | (pos < len));
       ptx::cp_async_4(t_dst + e, ok ? src + pos : p.lse, ok ? 4u : 0u);
     }
     ptx::cp_async_commit();
@@ -237,8 +260,11 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
     // accumulators are all that is live next to dP's, which keeps the wide buckets within 255 registers.
     float dp[MS][NT][4];
     gemm_abt<T, MS, NT, kFull ? kD / 16 : 0, true>(dp, op().q_rows + kToDo, op().k_rows + kToV, LD, V16 / 16);
-    const RowTerms<MS> rt = row_terms_of<T, MS, kBr>(terms, has_gate, s_m0 + g, i0 + s_m0 + g, len);
-    const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
+    const float anchor = anchor_col >= 0 ? terms[3 * kBr + anchor_col] : 0.f;
+    const RowTerms<MS> rt =
+        row_terms_of<T, MS, kBr, kSlicePair>(terms, has_gate, anchor, s_m0 + g, i0 + s_m0 + g, len);
+    const bool masked = kSlicePair ? block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window, a.key_shift, a.key_end)
+                                   : block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
     RowSums<MS> sums;
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
@@ -247,8 +273,10 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       gemm_abt<T, MS, NPS, kFull ? kD / 16 : 0, C::kPeelScorePasses && !kRowSums>(s, op().q_rows, op().k_rows + tile_offset<T>(pass * NPS * 8, 0, LD),
                                                 LD, K16 / 16);
       float col_terms[NPS][2];
-      col_terms_of(col_terms, terms + 3 * kBr, has_gate, n0 + 2 * c);
-      probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + n0 + 2 * c, len, a.window);
+      col_terms_of<kSlicePair>(col_terms, terms + 3 * kBr, has_gate, anchor, n0 + 2 * c);
+      const int row_shift = kSlicePair ? a.key_shift : 0;
+      probs<kSlicePair>(s, rt, col_terms, a.scale_log2, masked, i0 + row_shift + s_m0 + g, j0 + n0 + 2 * c,
+                        len + row_shift, a.window, a.key_end);
       grads<T, kRowSums>(dp, s, pass * NPS, rt, sums);
       store_fragment<T, MS, NPS>(sP, LDP, s, s_m0, n0, lane);
     }
@@ -312,7 +340,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
       for (int col = tid; col < kBc; col += kMmaThreads) {
         float v = 0.f;
         for (int w = 0; w < SM; ++w) v += sColsum[w * kBc + col];
-        if (j0 + col < len) p.colsum[base + j0 + col] = v;
+        if (j0 + col < key_len)
+          p.colsum[kSlicePair ? p.key_index(seq.batch, h, seq.start + j0 + col) : base + j0 + col] = v;
       }
       // sColsum is next written after at least one more __syncthreads (the next step's first).
     }
@@ -324,14 +353,14 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   // Keys that no query row sees (window 0) still get their zero column sums.
   if (has_gate && first_slice && steps == 0) {
     for (int64_t h = h_first; h < h_first + heads_per_part; ++h) {
-      const int64_t base = p.row_index(seq.batch, h, seq.start);
+      const int64_t base = kSlicePair ? p.key_index(seq.batch, h, seq.start) : p.row_index(seq.batch, h, seq.start);
       for (int col = tid; col < kBc; col += kMmaThreads)
-        if (j0 + col < len) p.colsum[base + j0 + col] = 0.f;
+        if (j0 + col < key_len) p.colsum[base + j0 + col] = 0.f;
     }
   }
 
   // Epilogue: this slice's dK (times scale) and dV columns of the keys j0..
-  const int valid_keys = len - j0;
+  const int valid_keys = key_len - j0;
   if (p.head_parts == 1) {
     const int64_t t0 = seq.start + j0;
     store_fragment_global<T, MK, NTD>([&](int r) { return p.dk.row<T>(seq.batch, t0 + r, hk); }, dk, a.scale,
@@ -352,8 +381,11 @@ void launch_dkdv_mma(const BackwardParams& p, const TileSchedule& keys, int slic
   const int64_t blocks = keys.num_tiles * p.a.H * p.head_parts * slices;
   if (blocks == 0) return;
   const size_t smem = dkdv_smem_bytes<kD>(stages);
-  const auto kernel =
-      p.K16 == kD && p.V16 == kD ? dkdv_kernel<T, kD, true, kRowSums> : dkdv_kernel<T, kD, false, kRowSums>;
+  // A slice pair (AttentionParams::Tk) takes the guarded kernel with the shift, its key bound and anchored gate
+  // terms; a sequence's own keys take kernels that carry none of them.
+  const auto kernel = p.a.Tk > 0                       ? dkdv_kernel<T, kD, false, kRowSums, true>
+                      : p.K16 == kD && p.V16 == kD ? dkdv_kernel<T, kD, true, kRowSums, false>
+                                                   : dkdv_kernel<T, kD, false, kRowSums, false>;
   FLASHGATE_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   kernel<<<static_cast<unsigned>(blocks), kMmaThreads, smem, stream>>>(p, keys, slices, stages, !p.deterministic);

@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kMmaThreads, TileConfig<kD>::kMinBlocksDq)
     gemm_abt<T, 1, NT, 0>(s, ldsm_a<uint32_t>(sQ, LD, s_m0, lane), ldsm_b<uint32_t>(sK, LD, s_n0, lane), LD,
                           p.K16 / 16);
     const bool masked = block_needs_mask(i0, i0 + kBr, j0, j0 + kBc, len, a.window);
-    probs(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window);
+    probs<false>(s, rt, col_terms, a.scale_log2, masked, i0 + s_m0 + g, j0 + s_n0 + 2 * c, len, a.window, a.key_end);
     gemm_abt<T, 1, NT, 0>(dp, ldsm_a<uint32_t>(sdO, LD, s_m0, lane), ldsm_b<uint32_t>(sV, LD, s_n0, lane), LD,
                           p.V16 / 16);
     grads<T>(dp, s, 0, rt, sums);

@@ -173,6 +173,19 @@ __device__ __forceinline__ void gemm_ab(float (&acc)[MT][NT][4], Addr a, int a_s
 
 // ---- the score / gradient step --------------------------------------------------------------------------
 
+// Gc_i - lse_i - anchor, rounded once at the scale of the result: the difference Gc_i - lse_i exactly as a float
+// pair (Knuth's TwoSum), then the anchor taken from its leading part. A slice pair anchors the gate terms at a key
+// of the tile (dkdv_kernel): far from the sequence's start Gc and lse run to hundreds or more while what enters a
+// visible score, Gc_i - Gc_j - lse_i, is small; rounded at the scale of Gc, P would keep a relative error of ~1e-5,
+// which the row sums of dS (a slice's dgate_q, E - D mass: a cancellation) would show. With anchor 0 the result is
+// Gc_i - lse_i rounded once, bit for bit the plain difference.
+__device__ __forceinline__ float anchored_gate_term(float gc, float lse, float anchor) {
+  const float w = __fsub_rn(gc, lse);
+  const float b = __fsub_rn(w, gc);  // the part of w that came from -lse
+  const float err = __fadd_rn(__fsub_rn(gc, __fsub_rn(w, b)), __fsub_rn(__fsub_rn(0.f, lse), b));
+  return __fadd_rn(__fsub_rn(w, anchor), err);
+}
+
 // What a thread needs about its rows of a score block: rows g and g+8 of each of the warp's MT m16 tiles.
 // P carries PScale<T>'s factor (element.h), folded into the term; D carries its inverse, so that dS = P (dP - D)
 // comes out unscaled, and the row sums E and mass are scaled back where they are stored.
@@ -223,13 +236,17 @@ struct RowSums {
 };
 
 // Turns S (scaled scores before the gate) into P = exp(s - lse) in place, for a thread's fragments whose
-// rows start at local position i_first and columns at j_first. `masked`: apply the visibility rule per
+// rows start at key position pos_first and columns at j_first. `masked`: apply the visibility rule per
 // element (blocks on the diagonal, the window edge or the sequence end); one branch for the whole block,
 // selects inside it, so the exponentials stay one straight-line run. exp2_ftz as in the forward (the lse
-// came from it; probabilities below 2^-126 are zero in bf16/fp16 anyway).
-template <int MT, int NT>
+// came from it; probabilities below 2^-126 are zero in bf16/fp16 anyway). A sequence's own keys: positions are the
+// rows' (pos_first = i_first, pos_len = len), key_end has no bound. A slice pair (visible()'s slice form): rows at
+// i + shift (pos_len = len + shift), and the keys end at key_end (Tk): a separate pass zeroes the columns past it,
+// taken only in a slice's last key tile (folding that compare into the per-element rule spilled the D64 kernel).
+template <bool kKeyEnd, int MT, int NT>
 __device__ __forceinline__ void probs(float (&s)[MT][NT][4], const RowTerms<MT>& rows, const float (&col)[NT][2],
-                                      float scale_log2, bool masked, int i_first, int j_first, int len, int window) {
+                                      float scale_log2, bool masked, int pos_first, int j_first, int pos_len,
+                                      int window, int key_end) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -244,7 +261,16 @@ __device__ __forceinline__ void probs(float (&s)[MT][NT][4], const RowTerms<MT>&
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int r = 0; r < 4; ++r)
-        if (!visible(i_first + 16 * mt + 8 * (r / 2), j_first + nt * 8 + r % 2, len, window)) s[mt][nt][r] = 0.f;
+        if (!visible(pos_first + 16 * mt + 8 * (r / 2), j_first + nt * 8 + r % 2, pos_len, window))
+          s[mt][nt][r] = 0.f;
+  if (!kKeyEnd || j_first + NT * 8 <= key_end) return;  // (a slice pair's last key tile)
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      if (j_first + nt * 8 + r % 2 >= key_end)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) s[mt][nt][r] = 0.f;
 }
 
 // Turns dP into dS = P (dP - D) in place for the NP n8 tiles of dp from n_first (P's tiles, the whole dp

@@ -2,10 +2,12 @@
 // tiles. Correct rather than fast: a warp per query row recomputes its visible scores one key at a time
 // (dq and E), a warp per key row does the same over the rows that see it, for every query head of its
 // group (dk, dv and the gate's column sums). Lanes own head-dim columns lane, lane+32, ...; every sum runs
-// in a fixed order, so the path is deterministic. A slice pair's backward (context parallelism) runs here too, so far:
-// its rows shifted against its keys, lse and D given, the gates' gradients per position of each slice.
+// in a fixed order, so the path is deterministic. A slice pair's backward (context parallelism) runs here where the
+// MMA path cannot take it (host/slice_backward.cpp): its rows shifted against its keys, lse and D given, the gates'
+// gradients per position of each slice.
 #include <cmath>
 
+#include "cuda/common/backward_passes.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/element.h"
 #include "cuda/common/visibility.h"
@@ -166,7 +168,7 @@ __global__ void __launch_bounds__(kThreads) slice_dq_kernel(SliceBackwardParams 
     store_row(p.dq.row<T>(b, i, h), dq, p.scale, p.K);
     if (threadIdx.x % 32 == 0) {
       if (p.has_gate) *p.dgate_q.row<float>(b, i, h) = row_sum;  // G_q[i] enters s[i, j] with +1
-      if (p.has_sink) p.dsink_rows[r] = lse != -INFINITY ? -expf(p.sink[h] - lse) * d_row : 0.f;
+      if (p.has_sink) p.dsink_rows[r] = slice_sink_part(p.sink[h], lse, d_row);
     }
   }
 }
@@ -207,17 +209,6 @@ __global__ void __launch_bounds__(kThreads) slice_dkdv_kernel(SliceBackwardParam
   }
 }
 
-// dsink[h]: its rows' parts over every batch entry, one block per head, in a fixed order.
-__global__ void __launch_bounds__(kThreads) slice_dsink_kernel(SliceBackwardParams p) {
-  __shared__ float scratch[kWarps];
-  const int64_t h = blockIdx.x;
-  float x = 0.f;
-  for (int64_t b = 0; b < p.B; ++b)
-    for (int64_t i = threadIdx.x; i < p.Tq; i += kThreads) x += p.dsink_rows[(b * p.HQ + h) * p.Tq + i];
-  const float total = block_sum<kThreads>(x, scratch);
-  if (threadIdx.x == 0) p.dsink[h] = total;
-}
-
 }  // namespace
 
 void launch_simt_slice_backward(const SliceBackwardParams& p, cudaStream_t stream) {
@@ -233,10 +224,7 @@ void launch_simt_slice_backward(const SliceBackwardParams& p, cudaStream_t strea
       FLASHGATE_CHECK_LAUNCH("slice_dkdv_kernel");
     }
   });
-  if (p.has_sink && p.HQ > 0) {
-    slice_dsink_kernel<<<static_cast<unsigned>(p.HQ), kThreads, 0, stream>>>(p);
-    FLASHGATE_CHECK_LAUNCH("slice_dsink_kernel");
-  }
+  launch_slice_dsink(p, stream);
 }
 
 void launch_simt_backward(const BackwardParams& p, cudaStream_t stream) {
