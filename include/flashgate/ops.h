@@ -147,6 +147,8 @@ size_t workspace_size(const ForwardArgs&, Backend = Backend::automatic);
 size_t workspace_size(const BackwardArgs&, Backend = Backend::automatic);
 size_t workspace_size(const DecodeArgs&, Backend = Backend::automatic);
 size_t workspace_size(const PagedArgs&, Backend = Backend::automatic);
+size_t workspace_size(const SliceForwardArgs&, Backend = Backend::automatic);
+size_t workspace_size(const SliceBackwardArgs&, Backend = Backend::automatic);
 
 // The backend a call with these arguments runs on: `backend` itself when forced (raising like the op when it is
 // not built or cannot serve them), else the one `auto` picks. Checks the arguments like the op.
@@ -154,6 +156,8 @@ Backend resolve_backend(const ForwardArgs&, Backend = Backend::automatic);
 Backend resolve_backend(const BackwardArgs&, Backend = Backend::automatic);
 Backend resolve_backend(const DecodeArgs&, Backend = Backend::automatic);
 Backend resolve_backend(const PagedArgs&, Backend = Backend::automatic);
+Backend resolve_backend(const SliceForwardArgs&, Backend = Backend::automatic);
+Backend resolve_backend(const SliceBackwardArgs&, Backend = Backend::automatic);
 
 // Whether `backend` (not `automatic`) is built into this library and serves these arguments; false also where
 // it is built for another device. Checks the arguments like the op (bad arguments raise).
@@ -161,6 +165,8 @@ bool backend_serves(const ForwardArgs&, Backend);
 bool backend_serves(const BackwardArgs&, Backend);
 bool backend_serves(const DecodeArgs&, Backend);
 bool backend_serves(const PagedArgs&, Backend);
+bool backend_serves(const SliceForwardArgs&, Backend);
+bool backend_serves(const SliceBackwardArgs&, Backend);
 
 // Whether a CUDA device is usable from this process (false in a build without CUDA).
 bool cuda_available();

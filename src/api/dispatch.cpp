@@ -170,6 +170,12 @@ size_t workspace_size(const DecodeArgs& a, Backend b) {
 size_t workspace_size(const PagedArgs& a, Backend b) {
   return detail::workspace_of("paged_attention", a, detail::check_paged(a), b);
 }
+size_t workspace_size(const SliceForwardArgs& a, Backend b) {
+  return detail::workspace_of("attention_forward_slice", a, detail::check_forward_slice(a), b);
+}
+size_t workspace_size(const SliceBackwardArgs& a, Backend b) {
+  return detail::workspace_of("attention_backward_slice", a, detail::check_backward_slice(a), b);
+}
 
 Backend resolve_backend(const ForwardArgs& a, Backend b) {
   return detail::choose_backend("attention_forward", a, detail::check_forward(a), b).id();
@@ -183,10 +189,22 @@ Backend resolve_backend(const DecodeArgs& a, Backend b) {
 Backend resolve_backend(const PagedArgs& a, Backend b) {
   return detail::choose_backend("paged_attention", a, detail::check_paged(a), b).id();
 }
+Backend resolve_backend(const SliceForwardArgs& a, Backend b) {
+  return detail::choose_backend("attention_forward_slice", a, detail::check_forward_slice(a), b).id();
+}
+Backend resolve_backend(const SliceBackwardArgs& a, Backend b) {
+  return detail::choose_backend("attention_backward_slice", a, detail::check_backward_slice(a), b).id();
+}
 
 bool backend_serves(const ForwardArgs& a, Backend b) { return detail::serves(a, detail::check_forward(a), b); }
 bool backend_serves(const BackwardArgs& a, Backend b) { return detail::serves(a, detail::check_backward(a), b); }
 bool backend_serves(const DecodeArgs& a, Backend b) { return detail::serves(a, detail::check_decode(a), b); }
 bool backend_serves(const PagedArgs& a, Backend b) { return detail::serves(a, detail::check_paged(a), b); }
+bool backend_serves(const SliceForwardArgs& a, Backend b) {
+  return detail::serves(a, detail::check_forward_slice(a), b);
+}
+bool backend_serves(const SliceBackwardArgs& a, Backend b) {
+  return detail::serves(a, detail::check_backward_slice(a), b);
+}
 
 }  // namespace flashgate

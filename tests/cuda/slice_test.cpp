@@ -1,7 +1,8 @@
-// GPU tests of the slice ops (context parallelism) on the cuda backend: fresh random slice pairs (queries and keys at
+// GPU tests of the slice ops (context parallelism) on the CUDA backends: fresh random slice pairs (queries and keys at
 // their own global positions, before, across and after each other, positions near 2^40 too) with and without gate,
 // sink, window and GQA, fp16 and bf16, against the cpu backend's slice ops on the same inputs. Forward: o within
-// SPEC §7's relative RMS, lse the same (-inf exactly where a row sees nothing). Backward (given the pair's own lse
+// SPEC §7's relative RMS, lse the same (-inf exactly where a row sees nothing), on each backend that serves the pair
+// (cuda; hopper on sm_90, which must serve every one). Backward (cuda backend; given the pair's own lse
 // and D = rowsum(o * dout); windows of 1 forward only): dq, dk, dv, the cumulative gates' gradients and dsink, each
 // case on the path the planner picks (the MMA kernels wherever they fit) and again on the forced SIMT path, a failure
 // naming the path that ran (cuda::last_slice_backward_path). Outputs start poisoned.
@@ -167,24 +168,43 @@ void expect_keys_close(const std::string& what, const OwnedTensor& out, const Ow
   for (double x : out.values()) EXPECT_LE(std::abs(x), 1e-30) << what << " where every row is below fp32's range";
 }
 
+// Whether the hopper backend is built and serves a plain bf16 forward on this device (an sm_90 GPU).
+bool hopper_serves_training() {
+  const OwnedTensor x(DType::bf16, {1, 64, 1, 64}, Device::cuda);
+  flashgate::ForwardArgs a;
+  a.q = x.view(), a.k = x.view(), a.v = x.view(), a.o = x.view();
+  return flashgate::backend_serves(a, Backend::hopper);
+}
+
 TEST(SliceForwardCuda, MatchesTheCpuSlice) {
   FLASHGATE_REQUIRE_GPU();
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FLASHGATE_SEED replays it)");
   flashgate::harness::Rng rng(seed);
+  int ran_hopper = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const SliceCase c = SliceCase::random(trial, rng);
     SCOPED_TRACE(c.describe(trial));
     const SliceCase::Inputs host = c.on(Device::cpu), dev = c.on(Device::cuda);
     OwnedTensor o(c.dtype, {c.B, c.Tq, c.HQ, c.V}), lse(DType::f32, {c.B, c.Tq, c.HQ});
     OwnedTensor dO(c.dtype, {c.B, c.Tq, c.HQ, c.V}, Device::cuda), dlse(DType::f32, {c.B, c.Tq, c.HQ}, Device::cuda);
-    o.poison(), lse.poison(), dO.poison(), dlse.poison();
+    o.poison(), lse.poison();
     flashgate::attention_forward_slice(c.forward(host, o, lse), fgtest::on(Backend::cpu));
-    flashgate::attention_forward_slice(c.forward(dev, dO, dlse), fgtest::on(Backend::cuda));
-    flashgate::harness::device_synchronize();
-    expect_rows_close("o", dO, o, rows_beyond_fp32(c, host, lse), c.V, 0.005);
-    expect_same_lse(dlse, lse, 0.005);
+    const std::vector<bool> beyond = rows_beyond_fp32(c, host, lse);
+    const std::vector<Backend> backends = fgtest::cuda_backends_for(c.forward(dev, dO, dlse));
+    EXPECT_FALSE(backends.empty()) << "no CUDA backend serves the slice pair";
+    for (const Backend b : backends) {
+      SCOPED_TRACE(fgtest::backend_note(b));
+      dO.poison(), dlse.poison();
+      flashgate::attention_forward_slice(c.forward(dev, dO, dlse), fgtest::on(b));
+      flashgate::harness::device_synchronize();
+      expect_rows_close("o", dO, o, beyond, c.V, 0.005);
+      expect_same_lse(dlse, lse, 0.005);
+    }
+    ran_hopper += std::count(backends.begin(), backends.end(), Backend::hopper);
   }
+  // On an sm_90 device the hopper backend serves every slice pair of these shapes (K, V multiples of 8 here).
+  if (hopper_serves_training()) EXPECT_EQ(ran_hopper, 40) << "the hopper backend refused slice pairs";
 }
 
 // The slice backward forced onto its SIMT kernels for one scope (cuda::slice_backward_overrides), or left to the planner.
@@ -282,9 +302,9 @@ TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
   EXPECT_GT(ran_mma, 0) << "no case ran on the MMA path";
 }
 
-// `auto` takes the cuda backend for a slice pair on GPU tensors (the hopper backend refuses slices), and refuses
-// what the kernels cannot take with the argument named.
-TEST(SliceForwardCuda, AutoRunsOnTheCudaBackendAndRefusesFp32) {
+// `auto` takes the hopper backend for a slice pair's forward on an sm_90 GPU, the cuda backend elsewhere, and
+// refuses what the kernels cannot take with the argument named.
+TEST(SliceForwardCuda, AutoRunsOnACudaBackendAndRefusesFp32) {
   FLASHGATE_REQUIRE_GPU();
   flashgate::harness::Rng rng(flashgate::harness::fresh_seed());
   for (DType dtype : {DType::bf16, DType::f32}) {
@@ -307,6 +327,7 @@ TEST(SliceForwardCuda, AutoRunsOnTheCudaBackendAndRefusesFp32) {
       EXPECT_EQ(o.raw_bytes(), before) << "o was written by a refused call";
       continue;
     }
+    EXPECT_EQ(flashgate::resolve_backend(a), hopper_serves_training() ? Backend::hopper : Backend::cuda);
     flashgate::attention_forward_slice(a);
     flashgate::harness::device_synchronize();
     EXPECT_TRUE(flashgate::harness::no_nan(o.values()));

@@ -162,16 +162,18 @@ class Consumer {
         s[4 * j + 3] = fmaf(s[4 * j + 3], p_.scale_log2, -gk2.y);
       }
     }
+    // Rows sit key_shift after their keys (a slice pair; 0 otherwise). Keys past key_end end a slice pair's keys; a
+    // sequence's keys past its own end meet only its rows past the end (causal), which are not stored.
     if (masked) {
       const unsigned bound = distance_bound(p_.window);
-      const int d0 = (row0_ + warp_ * 16 + g) - (n0 + 2 * c);
+      const int d0 = (row0_ + warp_ * 16 + g + p_.key_shift) - (n0 + 2 * c);
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int d = d0 + 8 * (e / 2) - 8 * j - (e % 2);
           const int col = n0 + 8 * j + 2 * c + (e % 2);
-          if (!visible_at_distance(d, bound) || col >= len_) s[4 * j + e] = -INFINITY;
+          if (!visible_at_distance(d, bound) || col >= p_.key_end) s[4 * j + e] = -INFINITY;
         }
     }
     const float exp_scale = prescaled() ? 1.f : p_.scale_log2;

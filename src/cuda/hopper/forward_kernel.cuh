@@ -169,8 +169,9 @@ template <int kK, int kV>
 __device__ __forceinline__ void stage_gate(const AttentionParams& a, const Stages<kK, kV>& st, const Work& w,
                                            uint32_t ring) {
   using Tile = ForwardTile<kK, kV>;
-  const float* gc = a.gc_row(w.seq.batch, w.h) + w.seq.start;
-  const float g_ref = gc[w.m0];
+  const float* gc = a.gc_key_row(w.seq.batch, w.h) + w.seq.start;
+  const float g_ref = a.gc_row(w.seq.batch, w.h)[w.seq.start + w.m0];
+  const int keys = a.key_len(w.seq.len);
   for (int i = 0; i < w.blocks; ++i) {
     const uint32_t b = ring + i;
     const int s = st.stage(b);
@@ -179,7 +180,7 @@ __device__ __forceinline__ void stage_gate(const AttentionParams& a, const Stage
     const int n0 = (w.last - i) * Tile::BN;
     for (int j = threadIdx.x % 32; j < Tile::BN; j += 32) {
       const int col = n0 + j;
-      dst[j] = col < w.seq.len ? (gc[col] - g_ref) * kLog2e : 0.f;
+      dst[j] = col < keys ? (gc[col] - g_ref) * kLog2e : 0.f;
     }
     ptx::barrier_arrive(st.g_full(s));
   }
@@ -228,12 +229,14 @@ __device__ __forceinline__ void store_outputs(const AttentionParams& a, const St
 // the epilogue. `hand(b, P, factors)` gets each block's P once it is made (split V: to consumer 1).
 template <class T, int kK, int kV, class TurnsT, class Hand>
 __device__ __forceinline__ void consume(Consumer<T, kK, kV>& c, const Stages<kK, kV>& st, const TurnsT& turns,
-                                        const Work& w, uint32_t ring, uint32_t tiles, int window, Hand&& hand) {
+                                        const Work& w, uint32_t ring, uint32_t tiles, const AttentionParams& a,
+                                        Hand&& hand) {
   using Tile = ForwardTile<kK, kV>;
   using C = Consumer<T, kK, kV>;
   const auto needs_mask = [&](int i) {
     const int n = w.last - i;
-    return block_needs_mask(w.m0, w.m0 + Tile::BM, n * Tile::BN, (n + 1) * Tile::BN, w.seq.len, window);
+    return block_needs_mask(w.m0, w.m0 + Tile::BM, n * Tile::BN, (n + 1) * Tile::BN, w.seq.len, a.window,
+                            a.key_shift, a.key_len(w.seq.len));
   };
   // The gate's staged terms of block number b (nullptr without a gate), and their release after the softmax.
   const auto gate_of = [&](uint32_t b) -> const float* {
@@ -321,7 +324,7 @@ __device__ __forceinline__ void score_half(const ForwardParams& p, const Stages<
       }
       ptx::barrier_arrive(st.p_full(hb));
     };
-    consume(c, st, Turns<1>(0), w, ring, tiles, p.a.window, hand);
+    consume(c, st, Turns<1>(0), w, ring, tiles, p.a, hand);
   }
   Ring<1>::wait_free(st.scales_empty(), items);
   c.epilogue(st.out_scales());
@@ -420,7 +423,7 @@ __global__ void __launch_bounds__(ForwardTile<kK, kV>::kThreads, 1)
       const int me = ptx::warpgroup_index() - 1;
       detail::Consumer<T, kK, kV> consumer(p.a, w, me, st.template q<T>());
       if (w.blocks > 0) {
-        detail::consume(consumer, st, turns, w, ring, tiles, p.a.window, [](uint32_t, const auto&, float2) {});
+        detail::consume(consumer, st, turns, w, ring, tiles, p.a, [](uint32_t, const auto&, float2) {});
         ring += w.blocks, ++tiles;
       }
       if (plan.any()) {

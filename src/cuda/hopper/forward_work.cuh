@@ -16,7 +16,7 @@ namespace flashgate::cuda::hopper {
 namespace detail {
 
 // One work item: query tile `m0 / BM` of one sequence and one query head, and its key blocks (block i of the
-// tile is key block last - i: the diagonal block first). Item numbers and heads are 32-bit (the host refuses
+// tile is key block last - i: the diagonal block first; a slice pair's rows sit key_shift after its keys). Item numbers and heads are 32-bit (the host refuses
 // problems with 2^31 items or more): the producer runs on 24-40 registers.
 struct Work {
   SequenceSpan seq;
@@ -56,7 +56,8 @@ __device__ __forceinline__ Work work_at(const ForwardParams& p, const TileSchedu
   w.m0 = t.tile * BM;
   if (w.m0 >= w.seq.len) return w;
   w.valid = true;
-  const KeySpan keys = keys_seen_by_rows(w.m0, min(w.m0 + BM, w.seq.len), w.seq.len, a.window);
+  const KeySpan keys = keys_seen_by_rows(w.m0, min(w.m0 + BM, w.seq.len), w.seq.len, a.window, a.key_shift,
+                                         a.key_len(w.seq.len));
   if (keys.empty()) return w;
   w.last = (keys.end - 1) / BN;
   w.blocks = w.last - keys.begin / BN + 1;

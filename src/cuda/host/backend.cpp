@@ -106,6 +106,15 @@ class HopperBackend final : public BackendImpl {
     std::string why = hopper_refusal(a);
     return why.empty() ? host::hopper_backward_refusal(a, p) : why;
   }
+  // Slice pairs: the forward here, the backward on the portable kernels (`auto` takes cuda for it).
+  std::string cannot_run(const SliceForwardArgs& a, const SliceProblem& p) const override {
+    std::string why = hopper_refusal(a);
+    return why.empty() ? host::hopper_slice_forward_refusal(a, p) : why;
+  }
+  std::string cannot_run(const SliceBackwardArgs& a, const SliceProblem&) const override {
+    std::string why = hopper_refusal(a);
+    return why.empty() ? "runs a slice pair's forward only so far (the cuda backend runs its backward)" : why;
+  }
   std::string cannot_run(const DecodeArgs& a, const DecodeProblem&) const override { return later(a); }
   std::string cannot_run(const PagedArgs& a, const PagedProblem&) const override { return later(a); }
 
@@ -115,8 +124,14 @@ class HopperBackend final : public BackendImpl {
   size_t workspace(const BackwardArgs& a, const AttentionProblem& p) const override {
     return host::backward_workspace(a, p, host::DkdvKernels::hopper);
   }
+  size_t workspace(const SliceForwardArgs& a, const SliceProblem& p) const override {
+    return host::hopper_slice_forward_workspace(a, p);
+  }
   void run(const ForwardArgs& a, const AttentionProblem& p, const Launch& l) const override {
     host::launch_hopper_forward(a, p, l);
+  }
+  void run(const SliceForwardArgs& a, const SliceProblem& p, const Launch& l) const override {
+    host::launch_hopper_slice_forward(a, p, l);
   }
   void run(const BackwardArgs& a, const AttentionProblem& p, const Launch& l) const override {
     host::launch_backward(a, p, l, host::DkdvKernels::hopper);

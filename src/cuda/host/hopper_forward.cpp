@@ -62,28 +62,67 @@ Scratch carve(const cuda::AttentionParams& p, void* base) {
 // at least four items per CTA: the grid runs each section longest tile first, and fewer rounds would leave a
 // section's long tiles to start late.
 int section_heads(const cuda::AttentionParams& p, const DeviceFacts& dev, int tile_rows) {
-  const int64_t kv_head_bytes = std::max<int64_t>(1, p.T * (p.K + p.V) * 2);
+  const int64_t keys = p.Tk > 0 ? p.Tk : p.T;  // a slice pair's own keys
+  const int64_t kv_head_bytes = std::max<int64_t>(1, keys * (p.K + p.V) * 2);
   const int64_t tiles = std::max<int64_t>(1, (p.T + tile_rows - 1) / tile_rows);
   const int64_t fit = std::max<int64_t>(1, dev.l2_bytes / 2 / kv_head_bytes);
   const int64_t busy = (4 * static_cast<int64_t>(dev.sms) + tiles * p.group - 1) / (tiles * p.group);
   return static_cast<int>(std::min(std::max(fit, busy) * p.group, std::max<int64_t>(p.B * p.HQ, 1)));
 }
 
+// What the kernels need of the tensors and sizes, for whole sequences and slice pairs alike (T: query rows).
+std::string kernel_refusal(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, int64_t K, int64_t V,
+                           int64_t T, int64_t HQ, int64_t B, int64_t num_seqs) {
+  if (q.dtype != DType::f16 && q.dtype != DType::bf16) return "takes fp16 and bf16 only";
+  if (cuda::hopper::forward_buckets(K, V).k == 0) return "takes head dims K and V up to 512";
+  if (K % 8 != 0 || V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
+  if (T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
+  // The kernel numbers its (query tile, head) items and (sequence, head) pairs in 32 bits; an upper bound of both.
+  const int64_t tiles = (T + 63) / 64 + num_seqs;
+  if (tiles * HQ > std::numeric_limits<int32_t>::max() || B * HQ > std::numeric_limits<int32_t>::max())
+    return "takes fewer than 2^31 (query tile, head) items";
+  for (const Tensor* t : {&q, &k, &v})
+    if (!token_head_map_ready(*t)) return "needs q, k and v with 16-byte aligned rows and strides (its tensor maps)";
+  if (cuda::row_copy_width(o) < 16) return "needs o with 16-byte aligned rows";
+  return "";
+}
+
+// The tensor maps, the L2 sections and the kernel of p's bucket pair over `sched`.
+void launch_kernel(cuda::hopper::ForwardParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                   const cuda::TileSchedule& sched, CUstream_st* stream) {
+  const TileRows rows = tile_rows(p.a);
+  const cuda::ElementType type = cuda::element_type(q.dtype);
+  p.q_map = cuda::make_tensor_map(q.data, type, token_head_map(q, rows.queries));
+  p.k_map = cuda::make_tensor_map(k.data, type, token_head_map(k, rows.keys));
+  p.v_map = cuda::make_tensor_map(v.data, type, token_head_map(v, rows.keys));
+  const DeviceFacts dev = device_facts(q.device_index);
+  p.section_heads = section_heads(p.a, dev, rows.queries);
+  with_tile(cuda::hopper::forward_buckets(p.a.K, p.a.V), [&](auto tile) {
+    using Tile = decltype(tile);
+    using cuda::hopper::launch_forward;
+    if (q.dtype == DType::f16) launch_forward<__half, Tile::kKDim, Tile::kVDim>(p, sched, dev.sms, stream);
+    else launch_forward<__nv_bfloat16, Tile::kKDim, Tile::kVDim>(p, sched, dev.sms, stream);
+  });
+}
+
+// A slice pair's workspace: both cumulative gates transposed to [B][HQ][T] (dense: no tile map).
+struct SliceScratch {
+  float *gc = nullptr, *gc_k = nullptr;
+  size_t bytes = 0;
+};
+
+SliceScratch carve_slice(const detail::SliceProblem& sp, void* base) {
+  cuda::WorkspaceCarver w(base);
+  SliceScratch s;
+  if (sp.has_gate) s.gc = w.take<float>(sp.B * sp.HQ * sp.Tq), s.gc_k = w.take<float>(sp.B * sp.HQ * sp.Tk);
+  s.bytes = w.bytes();
+  return s;
+}
+
 }  // namespace
 
 std::string hopper_forward_refusal(const ForwardArgs& a, const detail::AttentionProblem& p) {
-  if (a.q.dtype != DType::f16 && a.q.dtype != DType::bf16) return "takes fp16 and bf16 only";
-  if (cuda::hopper::forward_buckets(p.K, p.V).k == 0) return "takes head dims K and V up to 512";
-  if (p.K % 8 != 0 || p.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
-  if (p.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
-  // The kernel numbers its (query tile, head) items and (sequence, head) pairs in 32 bits; an upper bound of both.
-  const int64_t tiles = (p.T + 63) / 64 + p.num_seqs;
-  if (tiles * p.HQ > std::numeric_limits<int32_t>::max() || p.B * p.HQ > std::numeric_limits<int32_t>::max())
-    return "takes fewer than 2^31 (query tile, head) items";
-  for (const Tensor* t : {&a.q, &a.k, &a.v})
-    if (!token_head_map_ready(*t)) return "needs q, k and v with 16-byte aligned rows and strides (its tensor maps)";
-  if (cuda::row_copy_width(a.o) < 16) return "needs o with 16-byte aligned rows";
-  return "";
+  return kernel_refusal(a.q, a.k, a.v, a.o, p.K, p.V, p.T, p.HQ, p.B, p.num_seqs);
 }
 
 size_t hopper_forward_workspace(const ForwardArgs& a, const detail::AttentionProblem& prob) {
@@ -99,21 +138,34 @@ void launch_hopper_forward(const ForwardArgs& a, const detail::AttentionProblem&
     p.a.gc = s.gc;
     cuda::launch_gate_prefix_sum(p.a, s.gc, launch.stream);
   }
-  const TileRows rows = tile_rows(p.a);
-  const cuda::ElementType type = cuda::element_type(a.q.dtype);
-  p.q_map = cuda::make_tensor_map(a.q.data, type, token_head_map(a.q, rows.queries));
-  p.k_map = cuda::make_tensor_map(a.k.data, type, token_head_map(a.k, rows.keys));
-  p.v_map = cuda::make_tensor_map(a.v.data, type, token_head_map(a.v, rows.keys));
-  const cuda::TileSchedule sched = cuda::make_tile_schedule(p.a, rows.queries, s.map);
+  const cuda::TileSchedule sched = cuda::make_tile_schedule(p.a, tile_rows(p.a).queries, s.map);
   cuda::launch_build_tile_map(p.a, sched, s.map, launch.stream);
-  const DeviceFacts dev = device_facts(a.q.device_index);
-  p.section_heads = section_heads(p.a, dev, rows.queries);
-  with_tile(cuda::hopper::forward_buckets(p.a.K, p.a.V), [&](auto tile) {
-    using Tile = decltype(tile);
-    using cuda::hopper::launch_forward;
-    if (a.q.dtype == DType::f16) launch_forward<__half, Tile::kKDim, Tile::kVDim>(p, sched, dev.sms, launch.stream);
-    else launch_forward<__nv_bfloat16, Tile::kKDim, Tile::kVDim>(p, sched, dev.sms, launch.stream);
-  });
+  launch_kernel(p, a.q, a.k, a.v, sched, launch.stream);
+}
+
+std::string hopper_slice_forward_refusal(const SliceForwardArgs& a, const detail::SliceProblem& sp) {
+  const std::string why = cuda::slice_refusal(a.q, sp);
+  return why.empty() ? kernel_refusal(a.q, a.k, a.v, a.o, sp.K, sp.V, sp.Tq, sp.HQ, sp.B, sp.B) : why;
+}
+
+size_t hopper_slice_forward_workspace(const SliceForwardArgs&, const detail::SliceProblem& sp) {
+  return carve_slice(sp, nullptr).bytes;
+}
+
+void launch_hopper_slice_forward(const SliceForwardArgs& a, const detail::SliceProblem& sp, const Launch& launch) {
+  cuda::hopper::ForwardParams p;
+  p.a = cuda::make_slice_params(a.q, a.k, a.v, a.sink, sp);
+  if (p.a.B == 0 || p.a.T == 0) return;
+  p.a.o = cuda::token_head_view(a.o), p.a.o_width = cuda::row_copy_width(a.o);
+  p.a.o_residual = cuda::token_head_view(a.o_residual), p.a.o_residual_width = cuda::row_copy_width(a.o_residual);
+  p.a.lse = cuda::token_head_view(a.lse);
+  const SliceScratch s = carve_slice(sp, launch.workspace);
+  if (p.a.has_gate) {
+    cuda::launch_gate_transpose(cuda::token_head_view(a.gate_q), sp.B, sp.Tq, sp.HQ, s.gc, launch.stream);
+    cuda::launch_gate_transpose(cuda::token_head_view(a.gate_k), sp.B, sp.Tk, sp.HQ, s.gc_k, launch.stream);
+    p.a.gc = s.gc, p.a.gc_k = s.gc_k;
+  }
+  launch_kernel(p, a.q, a.k, a.v, cuda::make_tile_schedule(p.a, tile_rows(p.a).queries, nullptr), launch.stream);
 }
 
 }  // namespace flashgate::host

@@ -15,4 +15,9 @@ std::string hopper_forward_refusal(const ForwardArgs&, const detail::AttentionPr
 size_t hopper_forward_workspace(const ForwardArgs&, const detail::AttentionProblem&);
 void launch_hopper_forward(const ForwardArgs&, const detail::AttentionProblem&, const Launch&);
 
+// The same for a slice pair (attention_forward_slice): the kernels over the pair's keys, rows shifted against them.
+std::string hopper_slice_forward_refusal(const SliceForwardArgs&, const detail::SliceProblem&);
+size_t hopper_slice_forward_workspace(const SliceForwardArgs&, const detail::SliceProblem&);
+void launch_hopper_slice_forward(const SliceForwardArgs&, const detail::SliceProblem&, const Launch&);
+
 }  // namespace flashgate::host

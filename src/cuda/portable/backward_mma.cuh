@@ -263,14 +263,16 @@ __device__ __forceinline__ void probs(float (&s)[MT][NT][4], const RowTerms<MT>&
       for (int r = 0; r < 4; ++r)
         if (!visible(pos_first + 16 * mt + 8 * (r / 2), j_first + nt * 8 + r % 2, pos_len, window))
           s[mt][nt][r] = 0.f;
-  if (!kKeyEnd || j_first + NT * 8 <= key_end) return;  // (a slice pair's last key tile)
+  if constexpr (kKeyEnd) {
+    if (j_first + NT * 8 <= key_end) return;  // (a slice pair's last key tile)
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
-      if (j_first + nt * 8 + r % 2 >= key_end)
+      for (int r = 0; r < 4; ++r)
+        if (j_first + nt * 8 + r % 2 >= key_end)
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) s[mt][nt][r] = 0.f;
+          for (int mt = 0; mt < MT; ++mt) s[mt][nt][r] = 0.f;
+  }
 }
 
 // Turns dP into dS = P (dP - D) in place for the NP n8 tiles of dp from n_first (P's tiles, the whole dp
