@@ -2,10 +2,11 @@
 // their own global positions, before, across and after each other, positions near 2^40 too) with and without gate,
 // sink, window and GQA, fp16 and bf16, against the cpu backend's slice ops on the same inputs. Forward: o within
 // SPEC §7's relative RMS, lse the same (-inf exactly where a row sees nothing), on each backend that serves the pair
-// (cuda; hopper on sm_90, which must serve every one). Backward (cuda backend; given the pair's own lse
-// and D = rowsum(o * dout); windows of 1 forward only): dq, dk, dv, the cumulative gates' gradients and dsink, each
-// case on the path the planner picks (the MMA kernels wherever they fit) and again on the forced SIMT path, a failure
-// naming the path that ran (cuda::last_slice_backward_path). Outputs start poisoned.
+// (cuda; hopper on sm_90, which must serve every one). Backward (given the pair's own lse and D = rowsum(o * dout);
+// windows of 1 forward only): dq, dk, dv, the cumulative gates' gradients and dsink, each case on the cuda backend's
+// planner path (the MMA kernels wherever they fit), again on its forced SIMT path, and on the hopper backend where it
+// serves the pair, a failure naming the backend and path that ran (cuda::last_slice_backward_path). Outputs start
+// poisoned.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -226,7 +227,7 @@ TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed) + " (FLASHGATE_SEED replays it)");
   flashgate::harness::Rng rng(seed);
-  int ran_mma = 0;
+  int ran_mma = 0, ran_hopper = 0;
   for (int trial = 0; trial < 30; ++trial) {
     // A window of 1 or a key slice of one token leaves each row one key, whose dS = P (dP - D) is the rounding of
     // the given D against this kernel's fp32 dP: SPEC 7's peaked rows, whose true gradients vanish (the unsplit
@@ -262,8 +263,8 @@ TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
         if (t->defined()) t->poison();
       return g;
     };
-    const auto run = [&](const SliceCase::Inputs& in, const OwnedTensor& dout_, const OwnedTensor& lse_,
-                         const OwnedTensor& D_, Grads& g, Backend backend) {
+    const auto args = [&](const SliceCase::Inputs& in, const OwnedTensor& dout_, const OwnedTensor& lse_,
+                          const OwnedTensor& D_, Grads& g) {
       flashgate::SliceBackwardArgs a;
       a.q = in.q.view(), a.k = in.k.view(), a.v = in.v.view(), a.dout = dout_.view(), a.lse = lse_.view();
       a.D = D_.view();
@@ -272,21 +273,34 @@ TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
       if (c.sink) a.sink = in.s.view(), a.dsink = g.dsink.view();
       a.q_start = c.q_start, a.k_start = c.k_start;
       if (c.window >= 0) a.window = c.window;
-      flashgate::attention_backward_slice(a, fgtest::on(backend));
+      return a;
     };
     Grads want = grads(Device::cpu);
-    run(host, dout, lse, D, want, Backend::cpu);
+    flashgate::attention_backward_slice(args(host, dout, lse, D, want), fgtest::on(Backend::cpu));
     const std::vector<bool> beyond = rows_beyond_fp32(c, host, lse);
     const SliceCase::Inputs dev = c.on(Device::cuda);
     const OwnedTensor dout_dev = dout.to(Device::cuda), lse_dev = lse.to(Device::cuda), D_dev = D.to(Device::cuda);
-    for (const bool force_simt : {false, true}) {
-      ForcedSliceSimt forced(force_simt);
+    // The cuda backend on the planner's path and on forced SIMT, then the hopper backend where it serves the pair.
+    struct Path {
+      Backend backend;
+      bool force_simt;
+    };
+    std::vector<Path> paths = {{Backend::cuda, false}, {Backend::cuda, true}};
+    {
+      Grads probe = grads(Device::cuda);
+      flashgate::SliceBackwardArgs a = args(dev, dout_dev, lse_dev, D_dev, probe);
+      if (flashgate::backend_serves(a, Backend::hopper)) paths.push_back({Backend::hopper, false});
+    }
+    for (const Path& at : paths) {
+      ForcedSliceSimt forced(at.force_simt);
       Grads got = grads(Device::cuda);
-      run(dev, dout_dev, lse_dev, D_dev, got, Backend::cuda);
+      flashgate::attention_backward_slice(args(dev, dout_dev, lse_dev, D_dev, got), fgtest::on(at.backend));
       flashgate::harness::device_synchronize();
       const std::string path = flashgate::cuda::last_slice_backward_path();
-      SCOPED_TRACE("path " + path + (force_simt ? " (forced)" : " (the planner's)"));
-      if (force_simt) EXPECT_EQ(path, "simt");
+      SCOPED_TRACE(fgtest::backend_note(at.backend) + ", path " + path +
+                   (at.force_simt ? " (forced)" : " (the planner's)"));
+      if (at.force_simt) EXPECT_EQ(path, "simt");
+      else if (at.backend == Backend::hopper) EXPECT_EQ(path, "hopper"), ++ran_hopper;
       else ran_mma += path == "mma";
       expect_rows_close("dq", got.dq, want.dq, beyond, c.K, 0.01);
       expect_keys_close("dk", got.dk, want.dk, beyond, 0.01);
@@ -298,8 +312,10 @@ TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
       if (c.sink) fgtest::expect_close("dsink", got.dsink, want.dsink, 0.01);
     }
   }
-  // Every sm80+ GPU holds at least the D64 bucket's tiles: the planner must have taken the MMA path somewhere.
+  // Every sm80+ GPU holds at least the D64 bucket's tiles: the planner must have taken the MMA path somewhere; on
+  // sm_90 the hopper backend serves every pair but those with K up to 16 (its kernels' bucket starts above).
   EXPECT_GT(ran_mma, 0) << "no case ran on the MMA path";
+  if (hopper_serves_training()) EXPECT_GT(ran_hopper, 0) << "the hopper backend refused every slice pair";
 }
 
 // `auto` takes the hopper backend for a slice pair's forward on an sm_90 GPU, the cuda backend elsewhere, and
