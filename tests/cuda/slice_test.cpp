@@ -299,9 +299,14 @@ TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
       const std::string path = flashgate::cuda::last_slice_backward_path();
       SCOPED_TRACE(fgtest::backend_note(at.backend) + ", path " + path +
                    (at.force_simt ? " (forced)" : " (the planner's)"));
-      if (at.force_simt) EXPECT_EQ(path, "simt");
-      else if (at.backend == Backend::hopper) EXPECT_EQ(path, "hopper"), ++ran_hopper;
-      else ran_mma += path == "mma";
+      if (at.force_simt) {
+        EXPECT_EQ(path, "simt");
+      } else if (at.backend == Backend::hopper) {
+        EXPECT_EQ(path, "hopper");
+        ran_hopper += path == "hopper";
+      } else {
+        ran_mma += path == "mma";
+      }
       expect_rows_close("dq", got.dq, want.dq, beyond, c.K, 0.01);
       expect_keys_close("dk", got.dk, want.dk, beyond, 0.01);
       expect_keys_close("dv", got.dv, want.dv, beyond, 0.01);
