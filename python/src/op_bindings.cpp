@@ -290,8 +290,8 @@ void bind_ops(nb::module_& m) {
       "window"_a = none, "backend"_a = "auto", "stream"_a = 0,
       "Context parallelism: a slice of queries (positions q_start..) against a slice of keys (k_start..); o and lse "
       "of the pair's own softmax, to merge by the LSE rule. gate_q / gate_k: the cumulative gates at the slices' "
-      "positions. sink: give it to one key slice per row. backend: 'auto', 'cpu', 'cuda' or 'hopper' (fp16 / bf16 "
-      "CUDA tensors; 'auto' takes hopper on sm_90). stream: the CUDA stream as an integer.");
+      "positions. sink: give it to one key slice per row. backend: 'auto', 'cpu', 'cuda' or 'hopper' (sm90a kernels, "
+      "when built; 'auto' takes them on sm_90 for fp16 / bf16). stream: the CUDA stream as an integer.");
   m.def(
       "attention_backward_slice",
       [](nb::handle q, nb::handle k, nb::handle v, nb::handle dout, nb::handle lse, nb::handle D, nb::handle dq,
