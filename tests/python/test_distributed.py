@@ -1,8 +1,9 @@
 """Context parallelism (flashgate.distributed) for real: 1, 2 and 4 processes on torch.distributed with gloo, both
 modes (all-gather, ring), the CPU backend. Each rank attends its zigzag shard of one sequence; its shard of o and
 of every gradient (q, k, v, g, sink) must match the single-process op on the whole sequence, in fp64. On a GPU,
-two processes share it through gloo with bf16 CUDA tensors (the cuda backend's slice ops), against the fp64
-reference by SPEC 7's relative RMS. Every collective runs under a bounded timeout. Skips without torch (with
+two processes share it through gloo with bf16 CUDA tensors (the GPU slice ops, a head-dim pair per case), against
+the fp64 reference by SPEC 7's relative RMS; with two GPUs or more, two processes on two GPUs over NCCL, bf16 and
+fp16. Every collective runs under a bounded timeout. Skips without torch (with
 gloo)."""
 
 import contextlib
@@ -33,9 +34,10 @@ CASES = {
 
 
 @contextlib.contextmanager
-def process_group(rank, world, port, seconds=60):
-    """This process as rank `rank` of a gloo group of `world` on localhost, every collective bounded by `seconds`."""
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+def process_group(rank, world, port, seconds=60, backend="gloo"):
+    """This process as rank `rank` of a `backend` group of `world` on localhost, every collective bounded by
+    `seconds`."""
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=seconds))
     try:
         yield
@@ -185,18 +187,29 @@ def test_context_parallel_matches_the_whole_sequence(world, case, mode):
                        start_method="spawn")
 
 
-def run_rank_gpu(rank, world, port, seed, case, mode):
+# The GPU cases' head dims (K, V): one per kernel family of the slice ops on sm_90 (the narrow Hopper buckets 64 and
+# 128, the wide 192 / 128 and 256 ones).
+GPU_DIMS = {"plain": (64, 64), "gqa+gate": (128, 128), "sink": (128, 128), "window5+gate": (256, 256),
+            "window1000": (192, 128)}
+
+
+def run_rank_gpu(rank, world, port, seed, case, mode, backend="gloo", dtype="bf16"):
+    """gloo: the ranks share one GPU; nccl: rank r on GPU r."""
     from flashgate import distributed as cp
 
     import torch_reference as ref
 
-    with process_group(rank, world, port):
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    with process_group(rank, world, port, backend=backend):
         feats = CASES[case]
+        low = torch.bfloat16 if dtype == "bf16" else torch.float16
         gen = torch.Generator().manual_seed(seed)  # the same whole-sequence inputs on every rank
-        B, T, HQ, H, K, V = 1, 256 * world, 4, 2, 64, 64
+        B, T, HQ, H = 1, 256 * world, 4, 2
+        K, V = GPU_DIMS[case]
         x = [torch.randn(*shape, generator=gen, dtype=torch.float64)
              for shape in ((B, T, HQ, K), (B, T, H, K), (B, T, H, V), (B, T, HQ, V))]
-        q, k, v, do = (t.to(torch.bfloat16).double() for t in x)  # what bf16 inputs hold
+        q, k, v, do = (t.to(low).double() for t in x)  # what the low-precision inputs hold
         g = torch.nn.functional.logsigmoid(torch.randn(B, T, HQ, generator=gen, dtype=torch.float64))
         s = torch.randn(HQ, generator=gen, dtype=torch.float64)
         g = g if feats.get("gate") else None
@@ -208,17 +221,18 @@ def run_rank_gpu(rank, world, port, seed, case, mode):
                                  sink=leaves[-1] if s is not None else None, window=window)
         whole_grads = torch.autograd.grad(whole, leaves, do)
 
-        dev = torch.device("cuda")
-        local = [(cp.shard(t) if t.dim() > 1 else t).to(dev, torch.bfloat16 if t.dim() == 4 else torch.float32)
+        dev = torch.device("cuda", torch.cuda.current_device())
+        local = [(cp.shard(t) if t.dim() > 1 else t).to(dev, low if t.dim() == 4 else torch.float32)
                  .requires_grad_() for t in (q, k, v, g, s) if t is not None]
         o = cp.context_parallel_attn(local[0], local[1], local[2], g=local[3] if g is not None else None,
                                      sink_bias=local[-1] if s is not None else None, window_size=window, mode=mode)
-        grads = torch.autograd.grad(o, local, cp.shard(do).to(dev, torch.bfloat16))
+        grads = torch.autograd.grad(o, local, cp.shard(do).to(dev, low))
 
         def check(name, got, want, tol):
             got, want = got.double().cpu(), want.double()
             err = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
-            assert err <= tol, f"rank {rank} of {world}, {mode}, {case}: {name} relative RMS {err:.3g} > {tol}"
+            assert err <= tol, (f"rank {rank} of {world}, {backend}, {dtype}, {mode}, {case}: {name} relative RMS "
+                                f"{err:.3g} > {tol}")
 
         check("o", o, cp.shard(whole.detach()), 0.005)
         names = ["dq", "dk", "dv"] + (["dg"] if g is not None else []) + (["dsink"] if s is not None else [])
@@ -232,6 +246,16 @@ def run_rank_gpu(rank, world, port, seed, case, mode):
 def test_context_parallel_on_the_gpu(case, mode):
     mp.start_processes(run_rank_gpu, args=(2, free_port(), fresh_seed(), case, mode), nprocs=2, join=True,
                        start_method="spawn")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2 or not dist.is_nccl_available(),
+                    reason="fewer than two CUDA devices (or no NCCL): context parallelism across GPUs skipped")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("mode", ["allgather", "ring"])
+@pytest.mark.parametrize("case", ["plain", "gqa+gate", "sink", "window5+gate", "window1000"])
+def test_context_parallel_across_gpus_over_nccl(case, mode, dtype):
+    mp.start_processes(run_rank_gpu, args=(2, free_port(), fresh_seed(), case, mode, "nccl", dtype), nprocs=2,
+                       join=True, start_method="spawn")
 
 
 def run_dominant_key(rank, world, port, seed, mode):
