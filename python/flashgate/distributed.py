@@ -7,8 +7,8 @@ holds chunks r and 2W - 1 - r, one after the other on its time axis, so that eve
 
 Mode ``"allgather"``: every rank gathers K, V and g of the whole sequence (under GQA K and V are HQ / H times smaller
 than Q), attends each of its query chunks against the key chunks up to it with the slice ops
-(``flashgate._C.attention_forward_slice``), and merges them by the LSE rule; with a window only the keys the window
-reaches. The backward gives every key chunk its shares of dK, dV and of the cumulative gate's gradient, sums them over
+(``flashgate._C.attention_forward_slice``: its own key chunk first, while the others arrive, then every earlier key
+it sees as one run), and merges them by the LSE rule; with a window only the keys the window reaches. The backward gives every key chunk its shares of dK, dV and of the cumulative gate's gradient, sums them over
 the ranks (all-reduce), and makes dg by suffix sums over the whole sequence. The sink goes with the first key chunk
 a query chunk attends. Mode ``"ring"``: the same pairs,
 with one rank's K, V and G at a time passed to the next rank (point-to-point, under the step's compute), for when the
@@ -168,18 +168,35 @@ class _Arriving:
         return self.chunks
 
 
-def _slice_pairs(mine: List[int], c: int, bounds: List[int], window: Optional[int], ks: _Arriving, vs: _Arriving):
-    """Every slice pair (i, a, j, s0, rows, b, keys) of this rank's query chunks (_sequence_parts) with key chunk b's
-    K and V: the pairs of the rank's own key chunks first, while the others arrive, then the rest."""
-    pairs = [(i, a, j, s0, rows, b, keys) for i, a in enumerate(mine)
-             for seq_parts in _sequence_parts(a, c, bounds, window) for j, (s0, rows, b, keys) in enumerate(seq_parts)]
-    for pair in pairs:
-        if pair[5] in ks.own:
-            yield pair, ks.own[pair[5]], vs.own[pair[5]]
+def _slice_runs(mine: List[int], c: int, bounds: List[int], window: Optional[int], ks: _Arriving, vs: _Arriving):
+    """The slice ops of this rank's query chunks (_sequence_parts), at most two per chunk and sequence: the rows
+    against the keys of their own chunk (the diagonal, first, while the other chunks arrive), then against every
+    earlier key they see at once, one contiguous run of keys over the chunks before (fewer, larger kernels and fewer
+    merges than a pair per key chunk). Yields (i, a, sink_here, s0, rows, pieces, k, v): query chunk a (the rank's
+    i-th), the run's key pieces [(b, keys)] in order and their K and V (contiguous); the sink goes with the run that
+    holds the sequence's first key chunk."""
+    runs = []
+    for i, a in enumerate(mine):
+        for seq_parts in _sequence_parts(a, c, bounds, window):
+            s0, rows = seq_parts[0][0], seq_parts[0][1]
+            earlier = [(b, keys) for (_, _, b, keys) in seq_parts if b != a]
+            diagonal = [(b, keys) for (_, _, b, keys) in seq_parts if b == a]
+            if diagonal:
+                runs.append((0, (i, a, not earlier, s0, rows, diagonal)))
+            if earlier:
+                runs.append((1, (i, a, True, s0, rows, earlier)))
+
+    def keys_of(chunks, pieces):
+        parts = [chunks[b][:, keys.start - b * c:keys.stop - b * c] for b, keys in pieces]
+        return parts[0].contiguous() if len(parts) == 1 else torch.cat(parts, dim=1)
+
+    for phase, run in runs:
+        if phase == 0:
+            yield (*run, keys_of(ks.own, run[-1]), keys_of(vs.own, run[-1]))
     k_chunks, v_chunks = ks.wait(), vs.wait()
-    for pair in pairs:
-        if pair[5] not in ks.own:
-            yield pair, k_chunks[pair[5]], v_chunks[pair[5]]
+    for phase, run in runs:
+        if phase == 1:
+            yield (*run, keys_of(k_chunks, run[-1]), keys_of(v_chunks, run[-1]))
 
 
 def _keeps_residual(ctx, q: Tensor) -> bool:
@@ -463,14 +480,14 @@ class _AllGatherAttn(torch.autograd.Function):
         keep = _keeps_residual(ctx, q)
         o_acc = torch.zeros(tuple(q.shape[:3]) + (v.shape[-1],), dtype=fp, device=q.device)
         lse_acc = torch.full(tuple(q.shape[:3]), float("-inf"), dtype=fp, device=q.device)
-        for (i, a, j, s0, rows, b, keys), kb, vb in _slice_pairs(mine, c, bounds, window, ka, va):
+        for i, a, sink_here, s0, rows, pieces, kr, vr in _slice_runs(mine, c, bounds, window, ka, va):
             local = slice(i * c + rows.start - a * c, i * c + rows.stop - a * c)
-            kl = slice(keys.start - b * c, keys.stop - b * c)
+            k0, k1 = pieces[0][1].start, pieces[-1][1].stop
             o, lse, residual = _slice_forward(
-                q[:, local].contiguous(), kb[:, kl].contiguous(), vb[:, kl].contiguous(),
+                q[:, local].contiguous(), kr, vr,
                 G_all[:, rows.start:rows.stop].contiguous() if g is not None else None,
-                G_all[:, keys.start:keys.stop].contiguous() if g is not None else None,
-                sink if j == 0 else None, rows.start - s0, keys.start - s0, scale, window, backend, keep)
+                G_all[:, k0:k1].contiguous() if g is not None else None,
+                sink if sink_here else None, rows.start - s0, k0 - s0, scale, window, backend, keep)
             _merge_into(o_acc, lse_acc, local, o, lse, residual)
         (o, rest), lse = _output_and_rest(o_acc, q.dtype, keep), lse_acc
         ctx.save_for_backward(q, k, v, o, rest, lse, G_all, sink)
@@ -498,21 +515,23 @@ class _AllGatherAttn(torch.autograd.Function):
             dks[b], dvs[b] = torch.zeros_like(ka.own[rank], dtype=fp), torch.zeros_like(va.own[rank], dtype=fp)
         dG = torch.zeros_like(G_all) if gated else None
         dsink = torch.zeros_like(sink, dtype=fp) if sink is not None else None
-        for (i, a, j, s0, rows, b, keys), kb, vb in _slice_pairs(mine, c, bounds, ctx.window, ka, va):
+        for i, a, sink_here, s0, rows, pieces, kr, vr in _slice_runs(mine, c, bounds, ctx.window, ka, va):
             local = slice(i * c + rows.start - a * c, i * c + rows.stop - a * c)
-            kl = slice(keys.start - b * c, keys.stop - b * c)
+            k0, k1 = pieces[0][1].start, pieces[-1][1].stop
             sq, sk, sv, sgq, sgk, ss = _slice_backward(
-                q[:, local].contiguous(), kb[:, kl].contiguous(), vb[:, kl].contiguous(),
+                q[:, local].contiguous(), kr, vr,
                 do[:, local].contiguous(), lse[:, local].contiguous(), D[:, local].contiguous(),
                 G_all[:, rows.start:rows.stop].contiguous() if gated else None,
-                G_all[:, keys.start:keys.stop].contiguous() if gated else None,
-                sink if j == 0 else None, rows.start - s0, keys.start - s0, ctx.scale, ctx.window, ctx.backend)
+                G_all[:, k0:k1].contiguous() if gated else None,
+                sink if sink_here else None, rows.start - s0, k0 - s0, ctx.scale, ctx.window, ctx.backend)
             dq[:, local] += sq.to(fp)
-            dks[b][:, kl] += sk.to(fp)
-            dvs[b][:, kl] += sv.to(fp)
+            for b, keys in pieces:  # the run's shares back to their key chunks
+                kl, at = slice(keys.start - b * c, keys.stop - b * c), slice(keys.start - k0, keys.stop - k0)
+                dks[b][:, kl] += sk[:, at].to(fp)
+                dvs[b][:, kl] += sv[:, at].to(fp)
             if gated:
                 dG[:, rows.start:rows.stop] += sgq
-                dG[:, keys.start:keys.stop] += sgk
+                dG[:, k0:k1] += sgk
             if ss is not None:
                 dsink += ss
         if fetch is not None:
