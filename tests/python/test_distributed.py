@@ -329,6 +329,41 @@ def test_world_size_one_is_the_op_itself(monkeypatch):
                 assert torch.equal(a, b), f"{mode}, packed {packed}: {name} differs from the op"
 
 
+def test_allgather_attends_a_query_chunk_with_at_most_two_slice_ops():
+    """Mode allgather's plan (_slice_runs): per query chunk and sequence its diagonal (first, with the rank's own
+    keys) and one run over every earlier key it sees, which together cover exactly the key chunks' pairs, the sink
+    with the run holding the sequence's first key chunk. World 4, chunks of 8 tokens, dense and packed, windows."""
+    from flashgate import distributed as cp
+
+    class Keys:  # the chunks a rank reads: a number per position is enough to check what each run holds
+        def __init__(self, rank, world, c):
+            chunk = lambda b: torch.arange(b * c, (b + 1) * c).view(1, c, 1, 1)  # noqa: E731
+            self.own = {b: chunk(b) for b in cp._chunks_of(rank, world)}
+            self.chunks = [chunk(b) for b in range(2 * world)]
+
+        def wait(self):
+            return self.chunks
+
+    world, c = 4, 8
+    for bounds in ([0, 64], [0, 5, 5, 30, 64]):
+        for window in (None, 5, 10, 40):
+            for rank in range(world):
+                mine = cp._chunks_of(rank, world)
+                keys = Keys(rank, world, c)
+                runs = list(cp._slice_runs(mine, c, bounds, window, keys, keys))
+                for i, a in enumerate(mine):
+                    for seq_parts in cp._sequence_parts(a, c, bounds, window):
+                        s0, rows = seq_parts[0][0], seq_parts[0][1]
+                        want = [k for (_, _, _, ks) in seq_parts for k in ks]
+                        mine_runs = [r for r in runs if r[0] == i and r[3] == s0 and r[4] == rows]
+                        assert 1 <= len(mine_runs) <= 2, (bounds, window, rank, a)
+                        got = [int(x) for r in mine_runs for x in r[6].flatten()]
+                        assert sorted(got) == want, (bounds, window, rank, a, got, want)
+                        assert sum(r[2] for r in mine_runs) == 1, "the sink goes with exactly one op"
+                diagonal = [all(b == r[1] for b, _ in r[5]) for r in runs]  # the rank's own keys only: first
+                assert diagonal == sorted(diagonal, reverse=True), "a diagonal after the ops that wait for the others"
+
+
 def test_a_window_fetches_only_the_chunks_it_reaches():
     """Mode allgather under a window: the key chunks each rank reads (the rest never travel). World 4, chunks of 8
     tokens, a window of 5: each query chunk reaches its own chunk and the one before."""
