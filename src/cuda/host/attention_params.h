@@ -39,8 +39,9 @@ SlicePositions slice_positions(const detail::SliceProblem& p);
 // Tq rows, with the pair's Tk keys, key_shift and window (slice_positions) and lse expected; the caller adds the rest.
 AttentionParams make_slice_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sink,
                                   const detail::SliceProblem& p);
-// What the cuda backend's slice kernels (forward and backward) cannot take, "" when they can: fp16 / bf16 only, and
-// slices below 2^30 tokens (a row's key position, row + shift with |shift| <= Tq + Tk, stays 32-bit).
+// What the cuda backend's slice kernels (forward and backward) cannot take, "" when they can: fp16 / bf16 only,
+// slices below 2^30 tokens (a row's key position, row + shift with |shift| <= Tq + Tk, stays 32-bit), and a key
+// slice of one token or more.
 std::string slice_refusal(const Tensor& q, const detail::SliceProblem& p);
 
 }  // namespace flashgate::cuda
