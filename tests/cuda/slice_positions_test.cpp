@@ -1,7 +1,7 @@
 // Host-side test (no GPU needed) of how the cuda backend puts a slice pair into the kernels' 32-bit terms:
 // slice_positions (the rows' shift against the keys and the window, normalised for positions up to 2^62) and the
 // shifted keys_seen_by_rows / block_needs_mask, against visibility on the global positions (SPEC §3), for fresh
-// random slices before, across and after each other, near 0 and near 2^40 and 2^61.
+// random slices before, across and after each other, near 0 and near 2^40 and 2^61; and what those kernels refuse.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -68,6 +68,21 @@ TEST(SlicePositions, KernelTermsMatchGlobalPositions) {
                 << "unmasked block (" << r0 << ", " << c0 << ") holds row " << i << " key " << j;
       }
   }
+}
+
+// What the CUDA backends' slice kernels refuse (before any kernel runs), and what they take.
+TEST(SlicePositions, TheKernelsRefuseWhatTheyCannotTake) {
+  flashgate::Tensor q;
+  q.dtype = flashgate::DType::bf16;
+  flashgate::detail::SliceProblem p;
+  p.B = 1, p.Tq = 5, p.Tk = 7;
+  EXPECT_EQ(flashgate::cuda::slice_refusal(q, p), "");
+  p.Tk = 0;  // an empty key slice: the kernels would read a count of 0 as the queries' own keys
+  EXPECT_NE(flashgate::cuda::slice_refusal(q, p).find("key slices of one token or more"), std::string::npos);
+  p.Tk = int64_t{1} << 30;
+  EXPECT_NE(flashgate::cuda::slice_refusal(q, p).find("2^30"), std::string::npos);
+  p.Tk = 7, q.dtype = flashgate::DType::f32;
+  EXPECT_NE(flashgate::cuda::slice_refusal(q, p).find("fp16 or bf16"), std::string::npos);
 }
 
 }  // namespace

@@ -82,6 +82,9 @@ std::string slice_refusal(const Tensor& q, const detail::SliceProblem& p) {
   if (q.dtype != DType::f16 && q.dtype != DType::bf16) return "slices take fp16 or bf16 here (fp32: cpu backend)";
   const int64_t limit = int64_t{1} << 30;
   if (p.Tq >= limit || p.Tk >= limit) return "slices of 2^30 tokens or more are not supported";
+  // The kernels read a key count of 0 as the queries' own keys (AttentionParams::Tk); an empty key slice leaves
+  // every row seeing nothing, which the cpu backend gives.
+  if (p.Tk == 0) return "takes key slices of one token or more (k and v of 0 tokens: the cpu backend)";
   return "";
 }
 

@@ -49,8 +49,9 @@ struct SliceGates {
 SliceGates carve_slice_gates(const detail::SliceProblem& sp, void* base);
 void stage_slice_gates(AttentionParams& p, const Tensor& gate_q, const Tensor& gate_k, const detail::SliceProblem& sp,
                        const SliceGates& gates, CUstream_st* stream);
-// What the cuda backend's slice kernels (forward and backward) cannot take, "" when they can: fp16 / bf16 only, and
-// slices below 2^30 tokens (a row's key position, row + shift with |shift| <= Tq + Tk, stays 32-bit).
+// What the cuda backend's slice kernels (forward and backward) cannot take, "" when they can: fp16 / bf16 only,
+// slices below 2^30 tokens (a row's key position, row + shift with |shift| <= Tq + Tk, stays 32-bit), and a key
+// slice of one token or more.
 std::string slice_refusal(const Tensor& q, const detail::SliceProblem& p);
 
 }  // namespace flashgate::cuda
