@@ -743,7 +743,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       ptx::wgmma_wait<1>();
       ptx::wgmma_hold(sc);
       if (block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window, p.b.a.key_shift,
-                           p.b.a.key_len(w.seq.len)))
+                           p.b.a.key_end))
         c.template probabilities<true>(sc, buf.terms(s), st.i0 + p.b.a.key_shift, key_term);
       else
         c.template probabilities<false>(sc, buf.terms(s), st.i0 + p.b.a.key_shift, key_term);
