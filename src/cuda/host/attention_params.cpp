@@ -1,5 +1,8 @@
 #include "cuda/host/attention_params.h"
 
+#include "cuda/common/gate.h"
+#include "cuda/common/workspace.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -110,6 +113,22 @@ SlicePositions slice_positions(const detail::SliceProblem& p) {
   r.shift = static_cast<int>(shift);
   r.window = (window < 0 || window > p.Tq - 1 + shift) ? -1 : static_cast<int>(window);
   return r;
+}
+
+SliceGates carve_slice_gates(const detail::SliceProblem& sp, void* base) {
+  WorkspaceCarver w(base);
+  SliceGates s;
+  if (sp.has_gate) s.gc = w.take<float>(sp.B * sp.HQ * sp.Tq), s.gc_k = w.take<float>(sp.B * sp.HQ * sp.Tk);
+  s.bytes = w.bytes();
+  return s;
+}
+
+void stage_slice_gates(AttentionParams& p, const Tensor& gate_q, const Tensor& gate_k, const detail::SliceProblem& sp,
+                       const SliceGates& gates, CUstream_st* stream) {
+  if (!sp.has_gate) return;
+  launch_gate_transpose(token_head_view(gate_q), sp.B, sp.Tq, sp.HQ, gates.gc, stream);
+  launch_gate_transpose(token_head_view(gate_k), sp.B, sp.Tk, sp.HQ, gates.gc_k, stream);
+  p.gc = gates.gc, p.gc_k = gates.gc_k;
 }
 
 }  // namespace flashgate::cuda

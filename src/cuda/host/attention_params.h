@@ -39,6 +39,16 @@ SlicePositions slice_positions(const detail::SliceProblem& p);
 // Tq rows, with the pair's Tk keys, key_shift and window (slice_positions) and lse expected; the caller adds the rest.
 AttentionParams make_slice_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sink,
                                   const detail::SliceProblem& p);
+// A slice pair's cumulative gates in the layout the kernels read ([B][HQ][T] fp32: launch_gate_transpose), gate_q's
+// into gc (B HQ Tq floats) and gate_k's into gc_k (B HQ Tk), which p then reads (p.gc, p.gc_k). The forward's
+// workspace is these two alone: carve_slice_gates carves them from `base` (sizes only when null; none without a gate).
+struct SliceGates {
+  float *gc = nullptr, *gc_k = nullptr;
+  size_t bytes = 0;
+};
+SliceGates carve_slice_gates(const detail::SliceProblem& sp, void* base);
+void stage_slice_gates(AttentionParams& p, const Tensor& gate_q, const Tensor& gate_k, const detail::SliceProblem& sp,
+                       const SliceGates& gates, CUstream_st* stream);
 // What the cuda backend's slice kernels (forward and backward) cannot take, "" when they can: fp16 / bf16 only,
 // slices below 2^30 tokens (a row's key position, row + shift with |shift| <= Tq + Tk, stays 32-bit), and a key
 // slice of one token or more.

@@ -116,19 +116,6 @@ AttentionParams slice_params(const SliceForwardArgs& a, const detail::SliceProbl
   return p;
 }
 
-struct SliceScratch {
-  float *gc = nullptr, *gc_k = nullptr;
-  size_t bytes = 0;
-};
-
-SliceScratch carve_slice(const detail::SliceProblem& sp, void* base) {
-  cuda::WorkspaceCarver w(base);
-  SliceScratch s;
-  if (sp.has_gate) s.gc = w.take<float>(sp.B * sp.HQ * sp.Tq), s.gc_k = w.take<float>(sp.B * sp.HQ * sp.Tk);
-  s.bytes = w.bytes();
-  return s;
-}
-
 }  // namespace
 
 std::string slice_forward_refusal(const SliceForwardArgs& a, const detail::SliceProblem& sp) {
@@ -141,7 +128,7 @@ std::string slice_forward_refusal(const SliceForwardArgs& a, const detail::Slice
 }
 
 size_t slice_forward_workspace(const SliceForwardArgs&, const detail::SliceProblem& sp) {
-  return carve_slice(sp, nullptr).bytes;
+  return cuda::carve_slice_gates(sp, nullptr).bytes;
 }
 
 void launch_slice_forward(const SliceForwardArgs& a, const detail::SliceProblem& sp, const Launch& launch) {
@@ -149,12 +136,7 @@ void launch_slice_forward(const SliceForwardArgs& a, const detail::SliceProblem&
   if (p.B == 0 || p.T == 0) return;
   CUstream_st* stream = launch.stream;
   const ForwardPlan plan = plan_forward(p);
-  const SliceScratch s = carve_slice(sp, launch.workspace);
-  if (p.has_gate) {
-    cuda::launch_gate_transpose(cuda::token_head_view(a.gate_q), sp.B, sp.Tq, sp.HQ, s.gc, stream);
-    cuda::launch_gate_transpose(cuda::token_head_view(a.gate_k), sp.B, sp.Tk, sp.HQ, s.gc_k, stream);
-    p.gc = s.gc, p.gc_k = s.gc_k;
-  }
+  cuda::stage_slice_gates(p, a.gate_q, a.gate_k, sp, cuda::carve_slice_gates(sp, launch.workspace), stream);
   const cuda::TileSchedule sched = cuda::make_tile_schedule(p, plan.tile.bm, nullptr);  // dense: no tile map
   if (p.dtype == ElementType::f16) launch_tiled<__half>(p, sched, plan, stream);
   else launch_tiled<__nv_bfloat16>(p, sched, plan, stream);

@@ -105,20 +105,6 @@ void launch_kernel(cuda::hopper::ForwardParams& p, const Tensor& q, const Tensor
   });
 }
 
-// A slice pair's workspace: both cumulative gates transposed to [B][HQ][T] (dense: no tile map).
-struct SliceScratch {
-  float *gc = nullptr, *gc_k = nullptr;
-  size_t bytes = 0;
-};
-
-SliceScratch carve_slice(const detail::SliceProblem& sp, void* base) {
-  cuda::WorkspaceCarver w(base);
-  SliceScratch s;
-  if (sp.has_gate) s.gc = w.take<float>(sp.B * sp.HQ * sp.Tq), s.gc_k = w.take<float>(sp.B * sp.HQ * sp.Tk);
-  s.bytes = w.bytes();
-  return s;
-}
-
 }  // namespace
 
 std::string hopper_forward_refusal(const ForwardArgs& a, const detail::AttentionProblem& p) {
@@ -149,7 +135,7 @@ std::string hopper_slice_forward_refusal(const SliceForwardArgs& a, const detail
 }
 
 size_t hopper_slice_forward_workspace(const SliceForwardArgs&, const detail::SliceProblem& sp) {
-  return carve_slice(sp, nullptr).bytes;
+  return cuda::carve_slice_gates(sp, nullptr).bytes;  // dense: no tile map
 }
 
 void launch_hopper_slice_forward(const SliceForwardArgs& a, const detail::SliceProblem& sp, const Launch& launch) {
@@ -159,12 +145,7 @@ void launch_hopper_slice_forward(const SliceForwardArgs& a, const detail::SliceP
   p.a.o = cuda::token_head_view(a.o), p.a.o_width = cuda::row_copy_width(a.o);
   p.a.o_residual = cuda::token_head_view(a.o_residual), p.a.o_residual_width = cuda::row_copy_width(a.o_residual);
   p.a.lse = cuda::token_head_view(a.lse);
-  const SliceScratch s = carve_slice(sp, launch.workspace);
-  if (p.a.has_gate) {
-    cuda::launch_gate_transpose(cuda::token_head_view(a.gate_q), sp.B, sp.Tq, sp.HQ, s.gc, launch.stream);
-    cuda::launch_gate_transpose(cuda::token_head_view(a.gate_k), sp.B, sp.Tk, sp.HQ, s.gc_k, launch.stream);
-    p.a.gc = s.gc, p.a.gc_k = s.gc_k;
-  }
+  cuda::stage_slice_gates(p.a, a.gate_q, a.gate_k, sp, cuda::carve_slice_gates(sp, launch.workspace), launch.stream);
   launch_kernel(p, a.q, a.k, a.v, cuda::make_tile_schedule(p.a, tile_rows(p.a).queries, nullptr), launch.stream);
 }
 

@@ -178,11 +178,7 @@ void run(const SliceBackwardArgs& a, const detail::SliceProblem& sp, const Launc
   const int64_t rows = sp.B * sp.HQ * sp.Tq;
   cuda::launch_gate_transpose(cuda::token_head_view(a.lse), sp.B, sp.Tq, sp.HQ, p.lse, stream);
   cuda::launch_gate_transpose(cuda::token_head_view(a.D), sp.B, sp.Tq, sp.HQ, p.D, stream);
-  if (sp.has_gate) {
-    cuda::launch_gate_transpose(cuda::token_head_view(a.gate_q), sp.B, sp.Tq, sp.HQ, gc, stream);
-    cuda::launch_gate_transpose(cuda::token_head_view(a.gate_k), sp.B, sp.Tk, sp.HQ, gc_k, stream);
-    p.a.gc = gc, p.a.gc_k = gc_k;
-  }
+  cuda::stage_slice_gates(p.a, a.gate_q, a.gate_k, sp, cuda::SliceGates{gc, gc_k}, stream);
   zero_async(p.E, rows, stream);
   zero_async(p.mass, rows, stream);
   zero_async(p.dq_acc, p.a.B * p.a.HQ * cuda::bwd::dq_acc_rows_per_head(p.a) * p.K16, stream);
