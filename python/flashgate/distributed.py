@@ -253,7 +253,8 @@ def _merge_into(o_acc: Tensor, lse_acc: Tensor, rows: slice, o: Tensor, lse: Ten
     new = torch.logaddexp(old, lse)
     safe = torch.where(torch.isinf(new), torch.zeros_like(new), new)
     part = o.to(o_acc.dtype) if residual is None else o.to(o_acc.dtype) + _residual_value(residual, o).to(o_acc.dtype)
-    o_acc[:, rows] = o_acc[:, rows] * torch.exp(old - safe).unsqueeze(-1) + part * torch.exp(lse - safe).unsqueeze(-1)
+    acc = o_acc[:, rows]  # a view: the rows' accumulator rescaled and added to in place (no full-size temporaries)
+    acc.mul_(torch.exp(old - safe).unsqueeze(-1)).addcmul_(part, torch.exp(lse - safe).unsqueeze(-1))
     lse_acc[:, rows] = new
 
 
