@@ -8,8 +8,9 @@ holds chunks r and 2W - 1 - r, one after the other on its time axis, so that eve
 Mode ``"allgather"``: every rank gathers K, V and g of the whole sequence (under GQA K and V are HQ / H times smaller
 than Q), attends each of its query chunks against the key chunks up to it with the slice ops
 (``flashgate._C.attention_forward_slice``: its own key chunk first, while the others arrive, then every earlier key
-it sees as one run), and merges them by the LSE rule; with a window only the keys the window reaches. The backward gives every key chunk its shares of dK, dV and of the cumulative gate's gradient, sums them over
-the ranks (all-reduce), and makes dg by suffix sums over the whole sequence. The sink goes with the first key chunk
+it sees as one run), and merges them by the LSE rule; with a window only the keys the window reaches. The backward
+gives every key chunk its shares of dK, dV and of the cumulative gate's gradient, sums them over the ranks
+(all-reduce), and makes dg by suffix sums over the whole sequence. The sink goes with the first key chunk
 a query chunk attends. Mode ``"ring"``: the same pairs,
 with one rank's K, V and G at a time passed to the next rank (point-to-point, under the step's compute), for when the
 whole sequence's K and V do not fit; in the backward they travel with their gradient shares, which one more hop
@@ -175,28 +176,26 @@ def _slice_runs(mine: List[int], c: int, bounds: List[int], window: Optional[int
     merges than a pair per key chunk). Yields (i, a, sink_here, s0, rows, pieces, k, v): query chunk a (the rank's
     i-th), the run's key pieces [(b, keys)] in order and their K and V (contiguous); the sink goes with the run that
     holds the sequence's first key chunk."""
-    runs = []
+    diagonals, runs = [], []
     for i, a in enumerate(mine):
         for seq_parts in _sequence_parts(a, c, bounds, window):
             s0, rows = seq_parts[0][0], seq_parts[0][1]
             earlier = [(b, keys) for (_, _, b, keys) in seq_parts if b != a]
             diagonal = [(b, keys) for (_, _, b, keys) in seq_parts if b == a]
             if diagonal:
-                runs.append((0, (i, a, not earlier, s0, rows, diagonal)))
+                diagonals.append((i, a, not earlier, s0, rows, diagonal))
             if earlier:
-                runs.append((1, (i, a, True, s0, rows, earlier)))
+                runs.append((i, a, True, s0, rows, earlier))
 
     def keys_of(chunks, pieces):
         parts = [chunks[b][:, keys.start - b * c:keys.stop - b * c] for b, keys in pieces]
         return parts[0].contiguous() if len(parts) == 1 else torch.cat(parts, dim=1)
 
-    for phase, run in runs:
-        if phase == 0:
-            yield (*run, keys_of(ks.own, run[-1]), keys_of(vs.own, run[-1]))
+    for run in diagonals:
+        yield (*run, keys_of(ks.own, run[-1]), keys_of(vs.own, run[-1]))
     k_chunks, v_chunks = ks.wait(), vs.wait()
-    for phase, run in runs:
-        if phase == 1:
-            yield (*run, keys_of(k_chunks, run[-1]), keys_of(v_chunks, run[-1]))
+    for run in runs:
+        yield (*run, keys_of(k_chunks, run[-1]), keys_of(v_chunks, run[-1]))
 
 
 def _keeps_residual(ctx, q: Tensor) -> bool:

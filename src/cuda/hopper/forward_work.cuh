@@ -16,8 +16,9 @@ namespace flashgate::cuda::hopper {
 namespace detail {
 
 // One work item: query tile `m0 / BM` of one sequence and one query head, and its key blocks (block i of the
-// tile is key block last - i: the diagonal block first; a slice pair's rows sit key_shift after its keys). Item numbers and heads are 32-bit (the host refuses
-// problems with 2^31 items or more): the producer runs on 24-40 registers.
+// tile is key block last - i: the diagonal block first; a slice pair's rows sit key_shift after its keys). Item
+// numbers and heads are 32-bit (the host refuses problems with 2^31 items or more): the producer runs on 24-40
+// registers.
 struct Work {
   SequenceSpan seq;
   int h = 0;

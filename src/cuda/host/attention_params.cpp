@@ -1,10 +1,10 @@
 #include "cuda/host/attention_params.h"
 
-#include "cuda/common/gate.h"
-#include "cuda/common/workspace.h"
-
 #include <algorithm>
 #include <cmath>
+
+#include "cuda/common/gate.h"
+#include "cuda/common/workspace.h"
 
 namespace flashgate::cuda {
 
@@ -99,6 +99,14 @@ AttentionParams make_slice_params(const Tensor& q, const Tensor& k, const Tensor
   r.has_lse = true;
   r.Tk = sp.Tk, r.key_end = static_cast<int>(sp.Tk);
   r.key_shift = at.shift, r.window = at.window;
+  return r;
+}
+
+AttentionParams make_slice_forward_params(const SliceForwardArgs& a, const detail::SliceProblem& p) {
+  AttentionParams r = make_slice_params(a.q, a.k, a.v, a.sink, p);
+  r.o = token_head_view(a.o), r.o_width = row_copy_width(a.o);
+  r.o_residual = token_head_view(a.o_residual), r.o_residual_width = row_copy_width(a.o_residual);
+  r.lse = token_head_view(a.lse);
   return r;
 }
 

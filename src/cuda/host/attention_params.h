@@ -39,6 +39,8 @@ SlicePositions slice_positions(const detail::SliceProblem& p);
 // Tq rows, with the pair's Tk keys, key_shift and window (slice_positions) and lse expected; the caller adds the rest.
 AttentionParams make_slice_params(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& sink,
                                   const detail::SliceProblem& p);
+// A slice pair's forward params: make_slice_params with the outputs o, o_residual and lse.
+AttentionParams make_slice_forward_params(const SliceForwardArgs& a, const detail::SliceProblem& p);
 // A slice pair's cumulative gates in the layout the kernels read ([B][HQ][T] fp32: launch_gate_transpose), gate_q's
 // into gc (B HQ Tq floats) and gate_k's into gc_k (B HQ Tk), which p then reads (p.gc, p.gc_k). The forward's
 // workspace is these two alone: carve_slice_gates carves them from `base` (sizes only when null; none without a gate).

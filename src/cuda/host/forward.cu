@@ -106,24 +106,16 @@ void launch_tiled(const AttentionParams& p, const cuda::TileSchedule& sched, con
   }
 }
 
-// ---- slice pairs (attention_forward_slice): the tiled kernels over Tk keys with the rows shifted ----------------
-
-AttentionParams slice_params(const SliceForwardArgs& a, const detail::SliceProblem& sp) {
-  AttentionParams p = cuda::make_slice_params(a.q, a.k, a.v, a.sink, sp);
-  p.o = cuda::token_head_view(a.o), p.o_width = cuda::row_copy_width(a.o);
-  p.o_residual = cuda::token_head_view(a.o_residual), p.o_residual_width = cuda::row_copy_width(a.o_residual);
-  p.lse = cuda::token_head_view(a.lse);
-  return p;
-}
-
 }  // namespace
+
+// ---- slice pairs (attention_forward_slice): the tiled kernels over Tk keys with the rows shifted ----------------
 
 std::string slice_forward_refusal(const SliceForwardArgs& a, const detail::SliceProblem& sp) {
   const std::string why = cuda::slice_refusal(a.q, sp);
   if (!why.empty()) return why;
   for (const Tensor* t : {&a.q, &a.k, &a.v, &a.o})
     if (cuda::row_copy_width(*t) < 16) return "slices need q, k, v and o rows on 16-byte boundaries";
-  if (!plan_forward(slice_params(a, sp)).tiled) return "this GPU's shared memory cannot hold the slice's tiles";
+  if (!plan_forward(cuda::make_slice_forward_params(a, sp)).tiled) return "this GPU's shared memory cannot hold the slice's tiles";
   return "";
 }
 
@@ -132,7 +124,7 @@ size_t slice_forward_workspace(const SliceForwardArgs&, const detail::SliceProbl
 }
 
 void launch_slice_forward(const SliceForwardArgs& a, const detail::SliceProblem& sp, const Launch& launch) {
-  AttentionParams p = slice_params(a, sp);
+  AttentionParams p = cuda::make_slice_forward_params(a, sp);
   if (p.B == 0 || p.T == 0) return;
   CUstream_st* stream = launch.stream;
   const ForwardPlan plan = plan_forward(p);

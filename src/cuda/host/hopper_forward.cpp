@@ -140,11 +140,8 @@ size_t hopper_slice_forward_workspace(const SliceForwardArgs&, const detail::Sli
 
 void launch_hopper_slice_forward(const SliceForwardArgs& a, const detail::SliceProblem& sp, const Launch& launch) {
   cuda::hopper::ForwardParams p;
-  p.a = cuda::make_slice_params(a.q, a.k, a.v, a.sink, sp);
+  p.a = cuda::make_slice_forward_params(a, sp);
   if (p.a.B == 0 || p.a.T == 0) return;
-  p.a.o = cuda::token_head_view(a.o), p.a.o_width = cuda::row_copy_width(a.o);
-  p.a.o_residual = cuda::token_head_view(a.o_residual), p.a.o_residual_width = cuda::row_copy_width(a.o_residual);
-  p.a.lse = cuda::token_head_view(a.lse);
   cuda::stage_slice_gates(p.a, a.gate_q, a.gate_k, sp, cuda::carve_slice_gates(sp, launch.workspace), launch.stream);
   launch_kernel(p, a.q, a.k, a.v, cuda::make_tile_schedule(p.a, tile_rows(p.a).queries, nullptr), launch.stream);
 }
