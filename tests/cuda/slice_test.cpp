@@ -152,15 +152,6 @@ double rms(const std::vector<double>& x) {
   return x.empty() ? 0.0 : std::sqrt(sum / static_cast<double>(x.size()));
 }
 
-// SPEC §7's metric: rms(out - ref) / max(rms(ref), floor). A gradient's floor is 1e-4 of its natural scale, for where
-// its true value nearly vanishes (a sink, or gates decayed over the distance to the keys, holding a row's mass: its
-// fp16 dS then lies below fp16's range); 0 for the rest.
-double floored_rms(const std::vector<double>& out, const std::vector<double>& ref, double floor) {
-  std::vector<double> diff(out.size());
-  for (size_t i = 0; i < out.size(); ++i) diff[i] = out[i] - ref[i];
-  return rms(diff) / std::max(rms(ref), floor);
-}
-
 // A per-row output ([B, Tq, HQ, width]) within `tol` on the rows in fp32's range, tiny on the others.
 void expect_rows_close(const std::string& what, const OwnedTensor& out, const OwnedTensor& ref,
                        const std::vector<bool>& beyond_fp32, int64_t width, double tol, double floor = 0) {
@@ -174,7 +165,7 @@ void expect_rows_close(const std::string& what, const OwnedTensor& out, const Ow
     }
   }
   EXPECT_TRUE(flashgate::harness::no_nan(got)) << what << " has NaN";
-  if (!w.empty()) EXPECT_LE(floored_rms(g, w, floor), tol) << what << " (floor " << floor << ")";
+  if (!w.empty()) EXPECT_LE(flashgate::harness::relative_rms(g, w, floor), tol) << what << " (floor " << floor << ")";
 }
 
 // A per-key output within `tol`, or tiny everywhere where every row is below fp32's range.
@@ -183,7 +174,7 @@ void expect_keys_close(const std::string& what, const OwnedTensor& out, const Ow
   if (std::find(beyond_fp32.begin(), beyond_fp32.end(), false) != beyond_fp32.end()) {
     const std::vector<double> got = out.values();
     EXPECT_TRUE(flashgate::harness::no_nan(got)) << what << " has NaN";
-    EXPECT_LE(floored_rms(got, ref.values(), floor), tol) << what << " (floor " << floor << ")";
+    EXPECT_LE(flashgate::harness::relative_rms(got, ref.values(), floor), tol) << what << " (floor " << floor << ")";
     return;
   }
   for (double x : out.values()) EXPECT_LE(std::abs(x), 1e-30) << what << " where every row is below fp32's range";
@@ -298,8 +289,10 @@ TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
     Grads want = grads(Device::cpu);
     flashgate::attention_backward_slice(args(host, dout, lse, D, want), fgtest::on(Backend::cpu));
     const std::vector<bool> beyond = rows_beyond_fp32(c, host, lse);
-    // SPEC §7's floors: 1e-4 of each gradient's natural scale (dq: scale rms(do) rms(v) rms(k); dk: the same with
-    // rms(q); the gates' and the sink's: rms(do) rms(v)), the scale being the default 1 / sqrt(K).
+    // SPEC §7's floors, for where a gradient's true value nearly vanishes (a sink, or gates decayed over the distance
+    // to the keys, holding a row's mass: its fp16 dS then lies below fp16's range): 1e-4 of each gradient's natural
+    // scale (dq: scale rms(do) rms(v) rms(k); dk: the same with rms(q); the gates' and the sink's: rms(do) rms(v)),
+    // the scale being the default 1 / sqrt(K).
     const double grad_scale = rms(dout.values()) * rms(host.v.values());
     const double floor_dq = 1e-4 * grad_scale * rms(host.k.values()) / std::sqrt(static_cast<double>(c.K));
     const double floor_dk = 1e-4 * grad_scale * rms(host.q.values()) / std::sqrt(static_cast<double>(c.K));
@@ -343,7 +336,7 @@ TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
       if (c.sink) {
         const std::vector<double> got_dsink = got.dsink.values();
         EXPECT_TRUE(flashgate::harness::no_nan(got_dsink)) << "dsink has NaN";
-        EXPECT_LE(floored_rms(got_dsink, want.dsink.values(), floor_g), 0.01) << "dsink";
+        EXPECT_LE(flashgate::harness::relative_rms(got_dsink, want.dsink.values(), floor_g), 0.01) << "dsink";
       }
     }
   }
