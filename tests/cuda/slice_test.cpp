@@ -2,12 +2,11 @@
 // their own global positions, before, across and after each other, positions near 2^40 too) with and without gate,
 // sink, window and GQA, fp16 and bf16, against the cpu backend's slice ops on the same inputs. Forward: o within
 // SPEC §7's relative RMS, lse the same (-inf exactly where a row sees nothing), on each backend that serves the pair
-// (cuda; hopper on sm_90, which must serve every one). Backward (given the pair's own lse and D = rowsum(o * dout);
-// windows of 1 forward only): dq, dk, dv, the cumulative gates' gradients and dsink by SPEC §7's metric (its floor
-// where a gradient nearly vanishes), each case on the cuda backend's
-// planner path (the MMA kernels wherever they fit), again on its forced SIMT path, and on the hopper backend where it
-// serves the pair, a failure naming the backend and path that ran (cuda::last_slice_backward_path). Outputs start
-// poisoned.
+// (cuda; hopper on sm_90, which must serve every one). Backward (given rows' lse and D as a merge with other slices
+// leaves them; windows of 1 forward only): dq, dk, dv, the cumulative gates' gradients and dsink by SPEC §7's metric
+// (its floor where a gradient nearly vanishes), each case on the cuda backend's planner path (the MMA kernels wherever
+// they fit), again on its forced SIMT path, and on the hopper backend where it serves the pair, a failure naming the
+// backend and path that ran (cuda::last_slice_backward_path). Outputs start poisoned.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -249,16 +248,29 @@ TEST(SliceBackwardCuda, MatchesTheCpuSlice) {
     if (c.window == 1) c.window = 2;
     SCOPED_TRACE(c.describe(trial));
     const SliceCase::Inputs host = c.on(Device::cpu);
-    // The pair's own softmax as the rows' statistics: lse from its forward, D = rowsum(o * dout).
+    // The rows' statistics as merging with other slices leaves them (the distributed op's case): lse and D =
+    // rowsum(o * dout) of the pair's own softmax, then other keys holding u times the pair's mass (u ~ U(0.25, 4))
+    // with a D of their own, x ~ N(0, rms(D)); a row that sees nothing here keeps -inf. (With the pair's own
+    // statistics alone a gate's row gradient E - D mass is 0 but for the rounding of E and D, the row's whole mass
+    // being here: it would measure fp32 sums' noise.)
     OwnedTensor o(c.dtype, {c.B, c.Tq, c.HQ, c.V}), lse(DType::f32, {c.B, c.Tq, c.HQ});
     flashgate::attention_forward_slice(c.forward(host, o, lse), fgtest::on(Backend::cpu));
     OwnedTensor dout(c.dtype, {c.B, c.Tq, c.HQ, c.V}), D(DType::f32, {c.B, c.Tq, c.HQ});
     dout.fill_normal(rng);
     {
       const std::vector<double> ov = o.values(), dv = dout.values();
-      std::vector<double> d(static_cast<size_t>(c.B * c.Tq * c.HQ), 0.0);
+      std::vector<double> l = lse.values(), d(l.size(), 0.0);
       for (size_t r = 0; r < d.size(); ++r)
         for (int64_t x = 0; x < c.V; ++x) d[r] += ov[r * c.V + x] * dv[r * c.V + x];
+      std::uniform_real_distribution<double> share(0.25, 4.0);
+      std::normal_distribution<double> other(0.0, std::max(rms(d), 1e-3));
+      for (size_t r = 0; r < d.size(); ++r) {
+        if (std::isinf(l[r])) continue;
+        const double u = share(rng);
+        l[r] += std::log1p(u);
+        d[r] = (d[r] + u * other(rng)) / (1.0 + u);
+      }
+      lse.set_values(l);
       D.set_values(d);
     }
     struct Grads {
