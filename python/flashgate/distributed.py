@@ -17,8 +17,8 @@ whole sequence's K and V do not fit; in the backward they travel with their grad
 brings to their owner. Packed sequences (``cu_seqlens`` of the whole packed sequence, B = 1, either mode) may span
 shards: the pairs are cut at sequence boundaries (all-gather mode also restarts the gate's cumulative sums at each
 sequence; the ring's run over the whole packed sequence, whose differences inside one sequence are the same). The
-slice ops run on the cpu backend and, for fp16 / bf16 CUDA tensors, on the GPU kernels: the forward on the hopper
-backend's sm_90a kernels (the portable ones elsewhere), the backward on the portable MMA kernels.
+slice ops run on the cpu backend and, for fp16 / bf16 CUDA tensors, on the GPU kernels: the hopper backend's sm_90a
+kernels on sm_90, the portable ones elsewhere.
 """
 
 from typing import List, Optional, Tuple

@@ -5,7 +5,7 @@
 
 namespace flashgate::harness {
 
-double relative_rms(const std::vector<double>& out, const std::vector<double>& ref) {
+double relative_rms(const std::vector<double>& out, const std::vector<double>& ref, double floor) {
   if (out.size() != ref.size()) return std::numeric_limits<double>::infinity();
   double err = 0, norm = 0;
   for (size_t i = 0; i < out.size(); ++i) {
@@ -18,8 +18,9 @@ double relative_rms(const std::vector<double>& out, const std::vector<double>& r
     err += (o - r) * (o - r);
     norm += r * r;
   }
-  if (norm == 0) return std::sqrt(err / std::max<size_t>(out.size(), 1));
-  return std::sqrt(err / norm);
+  const double n = static_cast<double>(std::max<size_t>(out.size(), 1));
+  if (norm == 0 && floor <= 0) return std::sqrt(err / n);
+  return std::sqrt(err / n) / std::max(std::sqrt(norm / n), floor);
 }
 
 double output_bias(const std::vector<double>& out, const std::vector<double>& ref) {

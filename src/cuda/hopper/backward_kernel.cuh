@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "cuda/common/anchored_gate.cuh"
 #include "cuda/common/backward_params.h"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/element.h"
@@ -88,13 +89,25 @@ __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const 
   w.seq = sequence_span(a, te.seq);
   w.seq_index = te.seq;
   w.j0 = te.tile * BN;
-  if (w.j0 >= w.seq.len) return w;
+  const int key_len = a.key_len(w.seq.len);  // a slice pair's keys (its rows sit key_shift after them)
+  if (w.j0 >= key_len) return w;
   w.valid = true;
-  const KeySpan rows = rows_seeing_keys(w.j0, w.j0 + BN, w.seq.len, a.window);
-  w.rows_begin = rows.begin;
-  w.tiles_per_head = rows.empty() ? 0 : (rows.end - rows.begin + BM - 1) / BM;
+  const KeySpan rows = rows_seeing_keys(w.j0, w.j0 + BN, w.seq.len, a.window, a.key_shift, key_len);
+  // Steps start on a 16-row group (dQ's adds go by whole groups: dq_acc_offset); a slice pair's shifted rows may
+  // begin inside one, whose rows before the first seeing row the step's mask hides.
+  w.rows_begin = rows.begin & ~15;
+  w.tiles_per_head = rows.empty() ? 0 : (rows.end - w.rows_begin + BM - 1) / BM;
   w.steps = static_cast<int>(a.group) * w.tiles_per_head;
   return w;
+}
+
+// The Gc that a key tile's gate terms are taken relative to for query head h: a slice pair's (gc_k set) at its anchor
+// key (anchored_gate.cuh), 0 for whole sequences (their terms as they were, bit for bit). Rows take Gc_i - anchor
+// (exact by Sterbenz's lemma near the tile; where it is rounded, the row's P is decayed by as much), then lse.
+template <int BN>
+__device__ __forceinline__ float gate_anchor(const AttentionParams& a, const KeyWork& w, int64_t h) {
+  if (!a.gc_k) return 0.f;
+  return a.gc_key_row(w.seq.batch, h)[w.seq.start + bwd::gate_anchor_key(w.j0, BN, a.key_len(w.seq.len))];
 }
 
 // Step `it`: query head and first row.
@@ -301,12 +314,13 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
     buf.wait_free(buf.t_empty(s), step + it);
     const int64_t base = p.row_index(w.seq.batch, st.h, w.seq.start);
     const float* gc = p.a.has_gate ? p.a.gc_row(w.seq.batch, st.h) + w.seq.start : nullptr;
+    const float anchor = gc ? gate_anchor<Tile::BN>(p.a, w, st.h) : 0.f;
     const float sink = kSinkWeights && p.sink_parts ? p.a.sink[st.h] : 0.f;
     float* dst = buf.terms(s);
     for (int r = lane; r < Tile::BM; r += 32) {
       const int i = st.i0 + r;
       const float lse = i < w.seq.len ? p.lse[base + i] : -INFINITY;
-      dst[r] = lse == -INFINITY ? INFINITY : (lse - (gc ? gc[i] : 0.f)) * kLog2e - Scale::kLog2;
+      dst[r] = lse == -INFINITY ? INFINITY : (lse - (gc ? gc[i] - anchor : 0.f)) * kLog2e - Scale::kLog2;
       dst[Tile::BM + r] = i < w.seq.len ? p.D[base + i] * Scale::kInv : 0.f;
       if constexpr (kSinkWeights)
         if (p.sink_parts) dst[2 * Tile::BM + r] = lse == -INFINITY ? 0.f : expf(sink - lse);
@@ -375,12 +389,14 @@ class Consumer {
   // This thread's two keys (rows g and g + 8 of its warp's 16).
   __device__ __forceinline__ int key(int half) const { return w_.j0 + 64 * me_ + 16 * warp_ + lane_ / 4 + 8 * half; }
 
-  // kRowSums: the gate's key terms Gc_key log2 e of this thread's keys for query head h (0 without a gate).
+  // kRowSums: the gate's key terms Gc_key log2 e of this thread's keys for query head h (0 without a gate; a slice
+  // pair's relative to its anchor, gate_anchor).
   __device__ __forceinline__ float2 key_terms(int64_t h) const {
     if (!kRowSums || !p_.a.has_gate) return make_float2(0.f, 0.f);
-    const float* gc = p_.a.gc_row(w_.seq.batch, h) + w_.seq.start;
-    const int k0 = key(0), k1 = key(1);
-    return make_float2(k0 < w_.seq.len ? gc[k0] * kLog2e : 0.f, k1 < w_.seq.len ? gc[k1] * kLog2e : 0.f);
+    const float* gc = p_.a.gc_key_row(w_.seq.batch, h) + w_.seq.start;
+    const float anchor = gate_anchor<BN>(p_.a, w_, h);
+    const int k0 = key(0), k1 = key(1), keys = p_.a.key_len(w_.seq.len);
+    return make_float2(k0 < keys ? (gc[k0] - anchor) * kLog2e : 0.f, k1 < keys ? (gc[k1] - anchor) * kLog2e : 0.f);
   }
 
   // S^T = K Q^T and dP^T = V dO^T for this consumer's keys, as two wgmma groups (P is made while dP^T runs).
@@ -403,9 +419,11 @@ class Consumer {
   }
 
   // P^T = exp2(S^T scale log2 e - row offset - key term) in place in s. Rows are this thread's keys, columns the
-  // step's queries; kMasked: the step's block crosses the causal diagonal, the window's edge or the sequence's end.
+  // step's queries at key positions from pos0 (i0 + key_shift); kMasked: the step's block crosses the causal
+  // diagonal, the window's edge or the keys' end (a slice pair's key_end: a sequence's keys past its end meet only
+  // rows past it, whose P is 0 through their terms).
   template <bool kMasked>
-  __device__ __forceinline__ void probabilities(float (&s)[kS], const float* terms, int i0, float2 key_term) const {
+  __device__ __forceinline__ void probabilities(float (&s)[kS], const float* terms, int pos0, float2 key_term) const {
     const AttentionParams& a = p_.a;
     const int c = lane_ % 4;
     const unsigned bound = distance_bound(a.window);
@@ -414,10 +432,10 @@ class Consumer {
       const float2 r = *reinterpret_cast<const float2*>(terms + 8 * j + 2 * c);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int q = i0 + 8 * j + 2 * c + (e & 1), kk = key(e >> 1);
+        const int q = pos0 + 8 * j + 2 * c + (e & 1), kk = key(e >> 1);
         const float offset = ((e & 1) ? r.y : r.x) + (kRowSums ? ((e >> 1) ? key_term.y : key_term.x) : 0.f);
         float pr = ptx::exp2_ftz(fmaf(s[4 * j + e], a.scale_log2, -offset));
-        if (kMasked && (!visible_at_distance(q - kk, bound) || kk >= w_.seq.len)) pr = 0.f;
+        if (kMasked && (!visible_at_distance(q - kk, bound) || kk >= a.key_end)) pr = 0.f;
         s[4 * j + e] = pr;
       }
     }
@@ -496,12 +514,13 @@ class Consumer {
   // kRowSums with a gate: at the end of query head h's steps, the key rows' sums of dS over its queries.
   __device__ __forceinline__ void store_colsum(int64_t h) {
     if constexpr (kRowSums) {
-      const int64_t base = p_.row_index(w_.seq.batch, h, w_.seq.start);
+      const int64_t base = p_.key_index(w_.seq.batch, h, w_.seq.start);
+      const int keys = p_.a.key_len(w_.seq.len);
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const float v = quad_sum(colsum_[half]);
         colsum_[half] = 0.f;
-        if (p_.a.has_gate && lane_ % 4 == 0 && key(half) < w_.seq.len) p_.colsum[base + key(half)] = v;
+        if (p_.a.has_gate && lane_ % 4 == 0 && key(half) < keys) p_.colsum[base + key(half)] = v;
       }
     }
   }
@@ -577,7 +596,7 @@ class Consumer {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int key = w_.j0 + 64 * me_ + 16 * warp_ + g + 8 * half;
-      if (key >= w_.seq.len) continue;
+      if (key >= a.key_len(w_.seq.len)) continue;
       T* dk = p_.dk.template row<T>(w_.seq.batch, w_.seq.start + key, w_.hk) + 2 * c;
       T* dv = p_.dv.template row<T>(w_.seq.batch, w_.seq.start + key, w_.hk) + 2 * c;
 #pragma unroll
@@ -723,10 +742,11 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       c.issue_scores(sc, dp, buf, s);
       ptx::wgmma_wait<1>();
       ptx::wgmma_hold(sc);
-      if (block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window))
-        c.template probabilities<true>(sc, buf.terms(s), st.i0, key_term);
+      if (block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window, p.b.a.key_shift,
+                           p.b.a.key_end))
+        c.template probabilities<true>(sc, buf.terms(s), st.i0 + p.b.a.key_shift, key_term);
       else
-        c.template probabilities<false>(sc, buf.terms(s), st.i0, key_term);
+        c.template probabilities<false>(sc, buf.terms(s), st.i0 + p.b.a.key_shift, key_term);
       ptx::wgmma_wait<0>();
       ptx::wgmma_hold(dp);
       Buffers::DsRing::wait_free(buf.ds_empty(b), n);  // both consumers made the dQ of two steps back from buffer b

@@ -234,14 +234,16 @@ class Consumer {
   __device__ __forceinline__ int dk_first() const { return kSquare ? 2 * me_ : me_ == 0 ? 0 : 2; }
   __device__ __forceinline__ int dv_first() const { return kSquare ? 2 * me_ : 0; }
 
-  // kRowSums: this consumer's keys' terms Gc_key log2 e for query head h (0 without a gate) into `terms` (shared,
-  // [BN]); every thread of the consumer calls it, after the last step that read the previous head's.
+  // kRowSums: this consumer's keys' terms Gc_key log2 e for query head h (0 without a gate; a slice pair's relative
+  // to its anchor, gate_anchor) into `terms` (shared, [BN]); every thread of the consumer calls it, after the last
+  // step that read the previous head's.
   __device__ __forceinline__ void load_key_terms(int64_t h, float* terms) const {
     if constexpr (kRowSums) {
       const int t = ptx::warpgroup_thread(), kk = w_.j0 + kKeys * me_ + t;
       if (t < kKeys) {
-        const float* gc = p_.a.has_gate ? p_.a.gc_row(w_.seq.batch, h) + w_.seq.start : nullptr;
-        terms[kKeys * me_ + t] = gc && kk < w_.seq.len ? gc[kk] * kLog2e : 0.f;
+        const float* gc = p_.a.has_gate ? p_.a.gc_key_row(w_.seq.batch, h) + w_.seq.start : nullptr;
+        const float anchor = gc ? bwd_detail::gate_anchor<BN>(p_.a, w_, h) : 0.f;
+        terms[kKeys * me_ + t] = gc && kk < p_.a.key_len(w_.seq.len) ? (gc[kk] - anchor) * kLog2e : 0.f;
       }
       ptx::named_barrier_sync(2 + me_, 128);
     }
@@ -267,11 +269,12 @@ class Consumer {
   __device__ __forceinline__ int row(int half) const { return 16 * warp_ + lane_ / 4 + 8 * half; }
   __device__ __forceinline__ int key(int j, int odd) const { return kKeys * me_ + 8 * j + 2 * (lane_ % 4) + odd; }
 
-  // P = exp2(S scale log2 e - row offset) in place in s; kMasked: the step's block crosses the causal diagonal, the
-  // window's edge or the sequence's end.
+  // P = exp2(S scale log2 e - row offset) in place in s, the step's queries at key positions from pos0 (i0 +
+  // key_shift); kMasked: the step's block crosses the causal diagonal, the window's edge or the keys' end (a slice
+  // pair's key_end: a sequence's keys past its end meet only rows past it, whose P is 0 through their terms).
   template <bool kMasked>
   __device__ __forceinline__ void probabilities(float (&s)[kS], const float* terms, const float* key_terms,
-                                                int i0) const {
+                                                int pos0) const {
     const AttentionParams& a = p_.a;
     const unsigned bound = distance_bound(a.window);
     const float r[2] = {terms[row(0)], terms[row(1)]};
@@ -279,10 +282,10 @@ class Consumer {
     for (int j = 0; j < kKeys / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int half = e >> 1, q = i0 + row(half), kk = w_.j0 + key(j, e & 1);
+        const int half = e >> 1, q = pos0 + row(half), kk = w_.j0 + key(j, e & 1);
         const float offset = r[half] + (kRowSums ? key_terms[key(j, e & 1)] : 0.f);
         float pr = ptx::exp2_ftz(fmaf(s[4 * j + e], a.scale_log2, -offset));
-        if (kMasked && (!visible_at_distance(q - kk, bound) || kk >= w_.seq.len)) pr = 0.f;
+        if (kMasked && (!visible_at_distance(q - kk, bound) || kk >= a.key_end)) pr = 0.f;
         s[4 * j + e] = pr;
       }
   }
@@ -343,8 +346,8 @@ class Consumer {
       const int t = ptx::warpgroup_thread();
       if (t < kKeys && p_.a.has_gate && rank_ == 0) {
         const int kk = w_.j0 + kKeys * me_ + t;
-        if (kk < w_.seq.len)
-          p_.colsum[p_.row_index(w_.seq.batch, h, w_.seq.start) + kk] =
+        if (kk < p_.a.key_len(w_.seq.len))
+          p_.colsum[p_.key_index(w_.seq.batch, h, w_.seq.start) + kk] =
               mine[t] + mine[32 + t] + mine[64 + t] + mine[96 + t];
       }
       ptx::named_barrier_sync(2 + me_, 128);  // read before the next head's partials land
@@ -466,7 +469,7 @@ __device__ __forceinline__ void copy_out(const bwd::BackwardParams& p, const Key
   const int t = threadIdx.x - 128;
   for (int i = t; i < Tile::BN * kChunks; i += 256) {
     const int key = i / kChunks, chunk = i % kChunks, col = chunk * 8;
-    if (w.j0 + key >= w.seq.len) continue;
+    if (w.j0 + key >= p.a.key_len(w.seq.len)) continue;
     const int64_t token = w.seq.start + w.j0 + key;
     if (col < kCtaK && kCtaK * rank + col < p.a.K)
       *reinterpret_cast<uint4*>(p.dk.template row<T>(w.seq.batch, token, w.hk) + kCtaK * rank + col) =
@@ -519,10 +522,12 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
       swap.send(dp, 1);
       swap.receive(sc, 0);
     }
-    if (block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window))
-      c.template probabilities<true>(sc, buf.terms(s), buf.key_terms(), st.i0);
+    const int pos0 = st.i0 + p.b.a.key_shift;  // the step's first row's key position (a slice pair's rows shifted)
+    if (w.j0 + Tile::BN > p.b.a.key_end ||
+        block_needs_mask(pos0, pos0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len + p.b.a.key_shift, p.b.a.window))
+      c.template probabilities<true>(sc, buf.terms(s), buf.key_terms(), pos0);
     else
-      c.template probabilities<false>(sc, buf.terms(s), buf.key_terms(), st.i0);
+      c.template probabilities<false>(sc, buf.terms(s), buf.key_terms(), pos0);
     if constexpr (kPaired) {
       swap.receive(dp, 1);
       swap.free_slot();

@@ -106,14 +106,13 @@ class HopperBackend final : public BackendImpl {
     std::string why = hopper_refusal(a);
     return why.empty() ? host::hopper_backward_refusal(a, p) : why;
   }
-  // Slice pairs: the forward here, the backward on the portable kernels (`auto` takes cuda for it).
   std::string cannot_run(const SliceForwardArgs& a, const SliceProblem& p) const override {
     std::string why = hopper_refusal(a);
     return why.empty() ? host::hopper_slice_forward_refusal(a, p) : why;
   }
-  std::string cannot_run(const SliceBackwardArgs& a, const SliceProblem&) const override {
+  std::string cannot_run(const SliceBackwardArgs& a, const SliceProblem& p) const override {
     std::string why = hopper_refusal(a);
-    return why.empty() ? "runs a slice pair's forward only so far (the cuda backend runs its backward)" : why;
+    return why.empty() ? host::hopper_slice_backward_refusal(a, p) : why;
   }
   std::string cannot_run(const DecodeArgs& a, const DecodeProblem&) const override { return later(a); }
   std::string cannot_run(const PagedArgs& a, const PagedProblem&) const override { return later(a); }
@@ -127,11 +126,17 @@ class HopperBackend final : public BackendImpl {
   size_t workspace(const SliceForwardArgs& a, const SliceProblem& p) const override {
     return host::hopper_slice_forward_workspace(a, p);
   }
+  size_t workspace(const SliceBackwardArgs& a, const SliceProblem& p) const override {
+    return host::slice_backward_workspace(a, p, host::DkdvKernels::hopper);
+  }
   void run(const ForwardArgs& a, const AttentionProblem& p, const Launch& l) const override {
     host::launch_hopper_forward(a, p, l);
   }
   void run(const SliceForwardArgs& a, const SliceProblem& p, const Launch& l) const override {
     host::launch_hopper_slice_forward(a, p, l);
+  }
+  void run(const SliceBackwardArgs& a, const SliceProblem& p, const Launch& l) const override {
+    host::launch_slice_backward(a, p, l, host::DkdvKernels::hopper);
   }
   void run(const BackwardArgs& a, const AttentionProblem& p, const Launch& l) const override {
     host::launch_backward(a, p, l, host::DkdvKernels::hopper);

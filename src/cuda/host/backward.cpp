@@ -128,7 +128,7 @@ Plan make_plan(const BackwardArgs& args, BackwardParams& p, const DeviceFacts& d
   plan.mma = true;
 #if defined(FLASHGATE_WITH_HOPPER)
   // The Hopper dK/dV kernel walks every query head of a kv head itself (hopper_backward_refusal accepted it).
-  if (kernels == DkdvKernels::hopper && hopper_dkdv_refusal(args, p, dev).empty()) {
+  if (kernels == DkdvKernels::hopper && hopper_dkdv_refusal(dkdv_tensors(args), p, dev).empty()) {
     plan.hopper = true;
     plan.tiles.key_tile = hopper_dkdv_key_rows(p);
     p.head_parts = 1;
@@ -231,7 +231,7 @@ void launch_bucket(const BackwardArgs& args, const BackwardParams& p, const Plan
   using namespace cuda::bwd;
   if (p.exact_D) launch_dq_mma<T, kD>(p, queries, 1, plan.stages_q, /*d_only=*/true, stream);
 #if defined(FLASHGATE_WITH_HOPPER)
-  if (plan.hopper) return launch_hopper_dkdv(args, p, keys, stream);
+  if (plan.hopper) return launch_hopper_dkdv(dkdv_tensors(args), p, keys, stream);
 #else
   (void)args;
 #endif
@@ -304,7 +304,7 @@ std::string hopper_backward_refusal(const BackwardArgs& args, const detail::Atte
   const DeviceFacts dev = device_facts(args.q.device_index);
   const Plan plan = make_plan(args, p, dev, DkdvKernels::portable);
   if (!plan.mma) return "runs the fp16/bf16 backwards whose tiles fit the device (the portable SIMT path takes the rest)";
-  return hopper_dkdv_refusal(args, p, dev);
+  return hopper_dkdv_refusal(dkdv_tensors(args), p, dev);
 #else
   (void)args, (void)prob;
   return "the Hopper kernels are not built";

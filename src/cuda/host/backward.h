@@ -26,9 +26,9 @@
 //                                partials (when GQA heads were split over CTAs), dg = per-sequence suffix sum
 //                                of dGc, dsink = -sum_i exp(sink - lse_i) E_i.
 //
-// A slice pair (attention_backward_slice, host/slice_backward.cpp) runs the same dK/dV kernel in default mode over
-// its Tk keys with its rows shifted against them (AttentionParams::Tk, key_shift, gc_k), lse and D given, and
-// launch_slice_grads in place of the gate and sink passes.
+// A slice pair (attention_backward_slice, host/slice_backward.cpp) runs the same dK/dV kernels (portable or Hopper)
+// in default mode over its Tk keys with its rows shifted against them (AttentionParams::Tk, key_shift, gc_k), lse
+// and D given, and launch_slice_grads in place of the gate and sink passes.
 //
 // Numerics: fp32 accumulation everywhere; P and dS are rounded to the input dtype only as MMA operands (fp16 P with a
 // factor of 2^15 where a sink can come, so that rows whose mass the sink holds keep P's bits: PScale, element.h).
@@ -105,5 +105,11 @@ size_t backward_workspace(const BackwardArgs&, const detail::AttentionProblem&, 
 // Runs the backward on launch.stream using launch.workspace (>= backward_workspace bytes).
 void launch_backward(const BackwardArgs&, const detail::AttentionProblem&, const Launch&,
                      DkdvKernels = DkdvKernels::portable);
+
+// A slice pair's backward (slice_backward.cpp) with the Hopper dK/dV kernel: "" when it serves the request (the
+// `hopper` backend's slice backward), its workspace and its launch; training.h's entry points run the portable one.
+std::string hopper_slice_backward_refusal(const SliceBackwardArgs&, const detail::SliceProblem&);
+size_t slice_backward_workspace(const SliceBackwardArgs&, const detail::SliceProblem&, DkdvKernels);
+void launch_slice_backward(const SliceBackwardArgs&, const detail::SliceProblem&, const Launch&, DkdvKernels);
 
 }  // namespace flashgate::host

@@ -21,7 +21,7 @@ bool wide_192_128(const cuda::bwd::BackwardParams& p) {
 }
 
 template <class T, int kK, int kV>
-void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const cuda::TileSchedule& keys,
+void launch_wide(const DkdvTensors& args, cuda::hopper::DkdvParams& dp, const cuda::TileSchedule& keys,
                  cudaStream_t stream) {
   using Wide = cuda::hopper::DkdvWideTile<kK, kV>;
   const cuda::ElementType type = dp.b.a.dtype;
@@ -33,7 +33,7 @@ void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const c
 }
 
 template <class T>
-void launch_wide(const BackwardArgs& args, cuda::hopper::DkdvParams& dp, const cuda::TileSchedule& keys,
+void launch_wide(const DkdvTensors& args, cuda::hopper::DkdvParams& dp, const cuda::TileSchedule& keys,
                  cudaStream_t stream) {
   if (wide_192_128(dp.b)) launch_wide<T, 192, 128>(args, dp, keys, stream);
   else if (dp.b.a.K <= 256 && dp.b.a.V <= 256) launch_wide<T, 256, 256>(args, dp, keys, stream);
@@ -67,7 +67,7 @@ bool hopper_dkdv_sums_sink(const cuda::bwd::BackwardParams& p) {
   return bucket_128 && p.a.has_sink && !p.a.has_gate;
 }
 
-std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
+std::string hopper_dkdv_refusal(const DkdvTensors& args, const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
   const cuda::AttentionParams& a = p.a;
   if (dev.major != 9) return "needs an sm_90 GPU";
   if (a.dtype != cuda::ElementType::f16 && a.dtype != cuda::ElementType::bf16) return "takes fp16 and bf16 only";
@@ -79,7 +79,7 @@ std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::Backw
     return "takes rows that see at most 64 keys (exact D) with head dims up to 256 only";
   if (a.K % 8 != 0 || a.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (a.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
-  const int64_t items = cuda::make_tile_schedule(a, hopper_dkdv_key_rows(p), nullptr).num_tiles * a.H;
+  const int64_t items = cuda::make_key_tile_schedule(a, hopper_dkdv_key_rows(p), nullptr).num_tiles * a.H;
   const int64_t ctas = items * (a.K > 256 || a.V > 256 ? 2 : 1);  // the 512 bucket pairs CTAs on an item
   if (ctas > std::numeric_limits<int32_t>::max()) return "needs fewer than 2^31 CTAs ((key tile, kv head) pairs)";
   for (const Tensor* t : {&args.q, &args.k, &args.v, &args.dout})
@@ -90,7 +90,7 @@ std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::Backw
   return "";
 }
 
-void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const cuda::TileSchedule& keys,
+void launch_hopper_dkdv(const DkdvTensors& args, const cuda::bwd::BackwardParams& p, const cuda::TileSchedule& keys,
                         cudaStream_t stream) {
   using cuda::hopper::DkdvTile;
   cuda::hopper::DkdvParams dp;

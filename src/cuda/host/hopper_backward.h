@@ -13,20 +13,28 @@
 
 namespace flashgate::host {
 
+// The tensors the Hopper dK/dV kernel reads through tensor maps (q, k, v, dout) and writes (dk, dv), of a whole-sequence
+// backward or a slice pair's.
+struct DkdvTensors {
+  const Tensor &q, &k, &v, &dout, &dk, &dv;
+};
+inline DkdvTensors dkdv_tensors(const BackwardArgs& a) { return {a.q, a.k, a.v, a.dout, a.dk, a.dv}; }
+inline DkdvTensors dkdv_tensors(const SliceBackwardArgs& a) { return {a.q, a.k, a.v, a.dout, a.dk, a.dv}; }
+
 // Key rows per CTA of the Hopper dK/dV kernel that serves `p` (the key tile schedule's tile_rows).
 int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p);
 
 // "" when the Hopper dK/dV kernel serves this backward (its params `p` planned for the MMA path), else why not:
 // it takes an sm_90 device, fp16/bf16, K and V up to 512 (multiples of 8; above 16: smaller ones take the
 // exact-D pre-pass), every feature, both modes, and tensor-map-ready q, k, v, dout.
-std::string hopper_dkdv_refusal(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const DeviceFacts& dev);
+std::string hopper_dkdv_refusal(const DkdvTensors& t, const cuda::bwd::BackwardParams& p, const DeviceFacts& dev);
 
 // Whether that kernel sums the sink's gradient itself (BackwardParams::sink_parts) rather than the row sums E: the
 // narrow kernel's 128 bucket (K or V above 64, both up to 128) with a sink and no gate.
 bool hopper_dkdv_sums_sink(const cuda::bwd::BackwardParams& p);
 
 // Runs it over `keys` (tile_rows hopper_dkdv_key_rows()); p.head_parts must be 1.
-void launch_hopper_dkdv(const BackwardArgs& args, const cuda::bwd::BackwardParams& p, const cuda::TileSchedule& keys,
+void launch_hopper_dkdv(const DkdvTensors& t, const cuda::bwd::BackwardParams& p, const cuda::TileSchedule& keys,
                         cudaStream_t stream);
 
 }  // namespace flashgate::host

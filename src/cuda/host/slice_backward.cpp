@@ -1,5 +1,8 @@
-// A slice pair's backward on the cuda backend (context parallelism). Two paths, picked per call:
+// A slice pair's backward on the CUDA backends (context parallelism). Three paths, picked per call:
 //
+//   Hopper the `hopper` backend (sm_90, what hopper_dkdv_refusal accepts): the MMA path below with the Hopper dK/dV
+//         kernels (src/cuda/hopper/backward*.cuh) in place of the portable one, over the same workspace; a sink
+//         without a gate takes their row-sum variant where they do not sum dsink's parts (for PScale's fp16 factor).
 //   MMA   fp16 / bf16 with q, k, v and dout rows on 16-byte boundaries and tiles that fit the device (plan_dkdv): the
 //         portable backward's key-major dK/dV kernel (backward_dkdv.cuh, default mode, its kSlicePair variant) over
 //         the pair's Tk keys with its rows shifted against them, as the slice forward runs the tiled forward
@@ -31,6 +34,7 @@
 #include "cuda/host/attention_params.h"
 #include "cuda/host/backward.h"
 #include "cuda/host/device_facts.h"
+#include "cuda/host/hopper_backward.h"
 #include "cuda/host/overrides.h"
 #include "cuda/host/training.h"
 #include "cuda/portable/backward_kernels.h"
@@ -97,18 +101,31 @@ BackwardParams mma_params(const SliceBackwardArgs& a, const detail::SliceProblem
 
 struct SlicePlan {
   bool mma = false;
+  bool hopper = false;  // the MMA path with the Hopper dK/dV kernel
   DkdvPlan kv;
 };
 
-// The MMA path where it can run (its loaders copy 16-byte chunks; the tiles must fit), else the SIMT kernels.
-SlicePlan make_plan(const SliceBackwardArgs& a, BackwardParams& p) {
+// The MMA path where it can run (its loaders copy 16-byte chunks; the tiles must fit), with the Hopper dK/dV kernel
+// where asked and it serves the pair, else the SIMT kernels.
+SlicePlan make_plan(const SliceBackwardArgs& a, BackwardParams& p, DkdvKernels kernels) {
   SlicePlan plan;
   p.head_parts = 1;
   if (cuda::slice_backward_overrides().force_simt || p.a.dtype == cuda::ElementType::f32) return plan;
   for (const Tensor* t : {&a.q, &a.k, &a.v, &a.dout})
     if (cuda::row_copy_width(*t) < 16) return plan;
-  plan.kv = plan_dkdv(p, device_facts(a.q.device_index));
+  const DeviceFacts dev = device_facts(a.q.device_index);
+  plan.kv = plan_dkdv(p, dev);
   plan.mma = plan.kv.fits;
+#if defined(FLASHGATE_WITH_HOPPER)
+  if (plan.mma && kernels == DkdvKernels::hopper && hopper_dkdv_refusal(dkdv_tensors(a), p, dev).empty()) {
+    plan.hopper = true;
+    plan.kv.tiles.key_tile = hopper_dkdv_key_rows(p);
+    p.head_parts = 1;
+    if (p.a.has_sink && !hopper_dkdv_sums_sink(p)) p.need_E = true;  // the row-sum variant's P factor (unused E)
+  }
+#else
+  (void)kernels;
+#endif
   return plan;
 }
 
@@ -121,11 +138,13 @@ void carve(const detail::SliceProblem& sp, const SlicePlan& plan, cuda::Workspac
   if (!plan.mma) return;
   p.lse = w.take<float>(rows);
   p.D = w.take<float>(rows);
+  if (p.need_E) p.E = w.take<float>(rows);
   if (sp.has_gate) {
     *gc = w.take<float>(rows), *gc_k = w.take<float>(keys);
-    p.E = w.take<float>(rows), p.mass = w.take<float>(rows);
+    p.mass = w.take<float>(rows);
     p.colsum = w.take<float>(keys);
   }
+  if (plan.hopper) p.next_item = w.take<unsigned>(1);
   p.dq_acc = w.take<float>(p.a.B * p.a.HQ * cuda::bwd::dq_acc_rows_per_head(p.a) * p.K16);
   if (p.head_parts > 1) {
     const int64_t kv_rows = p.head_parts * sp.B * sp.H * sp.Tk;
@@ -145,21 +164,42 @@ void zero_async(T* ptr, int64_t count, cudaStream_t stream) {
 std::string cannot_run(const SliceBackwardArgs& a, const detail::SliceProblem& p) {
   return cuda::slice_refusal(a.q, p);
 }
-
 size_t workspace(const SliceBackwardArgs& a, const detail::SliceProblem& sp) {
+  return slice_backward_workspace(a, sp, DkdvKernels::portable);
+}
+void run(const SliceBackwardArgs& a, const detail::SliceProblem& sp, const Launch& launch) {
+  launch_slice_backward(a, sp, launch, DkdvKernels::portable);
+}
+
+std::string hopper_slice_backward_refusal(const SliceBackwardArgs& a, const detail::SliceProblem& sp) {
+#if defined(FLASHGATE_WITH_HOPPER)
+  const std::string why = cuda::slice_refusal(a.q, sp);
+  if (!why.empty()) return why;
+  BackwardParams p = mma_params(a, sp);
+  if (!make_plan(a, p, DkdvKernels::portable).mma)
+    return "takes slice pairs with q, k, v and dout rows on 16-byte boundaries whose tiles fit the device";
+  return hopper_dkdv_refusal(dkdv_tensors(a), p, device_facts(a.q.device_index));
+#else
+  (void)a, (void)sp;
+  return "the Hopper kernels are not built";
+#endif
+}
+
+size_t slice_backward_workspace(const SliceBackwardArgs& a, const detail::SliceProblem& sp, DkdvKernels kernels) {
   BackwardParams p = mma_params(a, sp);
   SliceBackwardParams s;
-  const SlicePlan plan = make_plan(a, p);
+  const SlicePlan plan = make_plan(a, p, kernels);
   cuda::WorkspaceCarver w;
   float *gc = nullptr, *gc_k = nullptr;
   carve(sp, plan, w, p, s, &gc, &gc_k);
   return w.bytes() + cuda::WorkspaceCarver::kAlign;  // room to align the caller's base (run)
 }
 
-void run(const SliceBackwardArgs& a, const detail::SliceProblem& sp, const Launch& launch) {
+void launch_slice_backward(const SliceBackwardArgs& a, const detail::SliceProblem& sp, const Launch& launch,
+                           DkdvKernels kernels) {
   SliceBackwardParams s = simt_params(a, sp);
   BackwardParams p = mma_params(a, sp);
-  const SlicePlan plan = make_plan(a, p);
+  const SlicePlan plan = make_plan(a, p, kernels);
   // Carving starts at the caller's base rounded up to kAlign: the dK/dV kernel's 16-byte vector atomics into dq_acc
   // and its cp.async copies of the row terms rely on aligned pieces.
   constexpr size_t kAlign = cuda::WorkspaceCarver::kAlign;
@@ -172,7 +212,7 @@ void run(const SliceBackwardArgs& a, const detail::SliceProblem& sp, const Launc
                 "flashgate: attention_backward_slice: workspace of " + std::to_string(launch.workspace_bytes) +
                     " bytes is too small, this call needs " + std::to_string(w.bytes() + kAlign));
   const cudaStream_t stream = launch.stream;
-  cuda::last_path = plan.mma ? "mma" : "simt";
+  cuda::last_path = plan.hopper ? "hopper" : plan.mma ? "mma" : "simt";
   if (!plan.mma) return cuda::bwd::launch_simt_slice_backward(s, stream);
 
   const int64_t rows = sp.B * sp.HQ * sp.Tq;
@@ -182,8 +222,14 @@ void run(const SliceBackwardArgs& a, const detail::SliceProblem& sp, const Launc
   zero_async(p.E, rows, stream);
   zero_async(p.mass, rows, stream);
   zero_async(p.dq_acc, p.a.B * p.a.HQ * cuda::bwd::dq_acc_rows_per_head(p.a) * p.K16, stream);
+  zero_async(p.next_item, 1, stream);
   const cuda::TileSchedule keys = cuda::make_key_tile_schedule(p.a, plan.kv.tiles.key_tile, nullptr);  // dense
+#if defined(FLASHGATE_WITH_HOPPER)
+  if (plan.hopper) launch_hopper_dkdv(dkdv_tensors(a), p, keys, stream);
+  else launch_portable_dkdv(p, plan.kv, keys, stream);
+#else
   launch_portable_dkdv(p, plan.kv, keys, stream);
+#endif
   cuda::bwd::launch_dq_convert(p, stream);
   if (p.head_parts > 1) cuda::bwd::launch_dkv_reduce(p, stream);
   cuda::bwd::launch_slice_grads(p, s, stream);

@@ -132,8 +132,8 @@ __global__ void __launch_bounds__(kMmaThreads, 1)
   const int len = seq.len, key_len = kSlicePair ? a.key_len(len) : len, shift = kSlicePair ? a.key_shift : 0;
   const int j0 = te.tile * kBc;
   if (j0 >= key_len) return;
-  // A slice pair's gate terms are anchored at the Gc of this tile's middle key (or its last; anchored_gate_term).
-  const int anchor_col = kSlicePair && has_gate && a.gc_k ? min(kBc / 2, key_len - 1 - j0) : -1;
+  // A slice pair's gate terms are anchored at the Gc of one key of this tile (anchored_gate.cuh).
+  const int anchor_col = kSlicePair && has_gate && a.gc_k ? gate_anchor_key(j0, kBc, key_len) - j0 : -1;
   const int col0 = slice * kSlice;  // first dK/dV/dQ column of this slice
   const bool first_slice = slice == 0;
 

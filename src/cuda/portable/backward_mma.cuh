@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/common/anchored_gate.cuh"
 #include "cuda/common/element.h"
 #include "cuda/common/online_softmax.h"
 #include "cuda/common/tile_scheduler.h"
@@ -172,19 +173,6 @@ __device__ __forceinline__ void gemm_ab(float (&acc)[MT][NT][4], Addr a, int a_s
 }
 
 // ---- the score / gradient step --------------------------------------------------------------------------
-
-// Gc_i - lse_i - anchor, rounded once at the scale of the result: the difference Gc_i - lse_i exactly as a float
-// pair (Knuth's TwoSum), then the anchor taken from its leading part. A slice pair anchors the gate terms at a key
-// of the tile (dkdv_kernel): far from the sequence's start Gc and lse run to hundreds or more while what enters a
-// visible score, Gc_i - Gc_j - lse_i, is small; rounded at the scale of Gc, P would keep a relative error of ~1e-5,
-// which the row sums of dS (a slice's dgate_q, E - D mass: a cancellation) would show. With anchor 0 the result is
-// Gc_i - lse_i rounded once, bit for bit the plain difference.
-__device__ __forceinline__ float anchored_gate_term(float gc, float lse, float anchor) {
-  const float w = __fsub_rn(gc, lse);
-  const float b = __fsub_rn(w, gc);  // the part of w that came from -lse
-  const float err = __fadd_rn(__fsub_rn(gc, __fsub_rn(w, b)), __fsub_rn(__fsub_rn(0.f, lse), b));
-  return __fadd_rn(__fsub_rn(w, anchor), err);
-}
 
 // What a thread needs about its rows of a score block: rows g and g+8 of each of the warp's MT m16 tiles.
 // P carries PScale<T>'s factor (element.h), folded into the term; D carries its inverse, so that dS = P (dP - D)
