@@ -28,13 +28,9 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from measure import dump_json  # noqa: E402
+from rows import TrainingRow  # noqa: E402
 
 ROWS = {"plain": {}, "gate+sink": {"gate": True, "sink": True}}
-
-
-def causal_flops(tokens, heads, k_dim, v_dim, passes):
-    """Causal attention FLOPs of one sequence: forward 2 HQ (T^2 / 2)(K + V); the backward counts 2.5x that."""
-    return passes * 2 * heads * tokens * tokens / 2 * (k_dim + v_dim)
 
 
 def timed(fn, reps, device):
@@ -122,7 +118,8 @@ def measure(args):
     for tokens in [int(t) for t in args.tokens.split(",")]:
         for row in args.rows.split(","):
             feats = ROWS[row]
-            flops = causal_flops(tokens, args.heads, args.dim, args.dim, 3.5)
+            # Forward + backward: the benchmark's causal count (rows.py), the backward 2.5x the forward.
+            flops = 3.5 * TrainingRow(row, 1, tokens, args.heads, args.kv_heads, args.dim, args.dim).fwd_flops()
             entry = {"tokens": tokens, "row": row, "world": world, "fwd_bwd_tflop": flops / 1e12}
             for mode in args.modes.split(","):
                 try:

@@ -18,8 +18,10 @@ namespace flashgate::host {
 struct DkdvTensors {
   const Tensor &q, &k, &v, &dout, &dk, &dv;
 };
-inline DkdvTensors dkdv_tensors(const BackwardArgs& a) { return {a.q, a.k, a.v, a.dout, a.dk, a.dv}; }
-inline DkdvTensors dkdv_tensors(const SliceBackwardArgs& a) { return {a.q, a.k, a.v, a.dout, a.dk, a.dv}; }
+template <class Args>  // BackwardArgs or SliceBackwardArgs
+DkdvTensors dkdv_tensors(const Args& a) {
+  return {a.q, a.k, a.v, a.dout, a.dk, a.dv};
+}
 
 // Key rows per CTA of the Hopper dK/dV kernel that serves `p` (the key tile schedule's tile_rows).
 int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p);
