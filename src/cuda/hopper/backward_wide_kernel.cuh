@@ -523,8 +523,8 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
       swap.receive(sc, 0);
     }
     const int pos0 = st.i0 + p.b.a.key_shift;  // the step's first row's key position (a slice pair's rows shifted)
-    if (w.j0 + Tile::BN > p.b.a.key_end ||
-        block_needs_mask(pos0, pos0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len + p.b.a.key_shift, p.b.a.window))
+    if (block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window, p.b.a.key_shift,
+                         p.b.a.key_end))
       c.template probabilities<true>(sc, buf.terms(s), buf.key_terms(), pos0);
     else
       c.template probabilities<false>(sc, buf.terms(s), buf.key_terms(), pos0);
