@@ -303,20 +303,6 @@ __device__ __forceinline__ void produce(const DkdvParams& p, const Buf& buf, con
   }
 }
 
-// The producer's lane, for an item taken ahead: its K and V and its first step's Q and dO into L2, so that the loads
-// once the CTA comes free hit L2.
-template <class Tile>
-__device__ __forceinline__ void prefetch(const DkdvParams& p, const KeyWork& w) {
-  const int32_t token0 = static_cast<int32_t>(w.seq.start), batch = static_cast<int32_t>(w.seq.batch);
-  const int32_t hk = static_cast<int32_t>(w.hk);
-  for (int c = 0; c < Tile::kKBlocks; ++c) ptx::tma_prefetch(&p.k_map, {c * 64, token0 + w.j0, hk, batch});
-  for (int c = 0; c < Tile::kVBlocks; ++c) ptx::tma_prefetch(&p.v_map, {c * 64, token0 + w.j0, hk, batch});
-  const Step st = step_of<Tile::BM>(p.b, w, 0);
-  const int32_t h = static_cast<int32_t>(st.h), row = token0 + st.i0;
-  for (int c = 0; c < Tile::kKBlocks; ++c) ptx::tma_prefetch(&p.q_map, {c * 64, row, h, batch});
-  for (int c = 0; c < Tile::kVBlocks; ++c) ptx::tma_prefetch(&p.do_map, {c * 64, row, h, batch});
-}
-
 // A producer warp stages each step's row terms: the row offset r = (lse - Gc) log2 e - log2 factor, so that P =
 // factor exp2(s scale log2 e - r - Gc_key log2 e) (Scale: PScale of element.h; +inf where the row takes no
 // probability: past the sequence, or a row that sees no key), D / factor, and with kSinkWeights and p.sink_parts the
@@ -686,23 +672,11 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     uint32_t step = 0;
     if (loads) {
       const int64_t items = keys.num_tiles * p.b.a.H;
-      // The next item is taken once this item's loads are all issued (the consumers have its last two steps to
-      // go), and its first loads are prefetched into L2: the atomic's round trip and the reads from DRAM fall under
-      // those steps. Deterministic mode takes it only once the CTA is free: an item taken ahead would sit behind
-      // the CTA's current one while items after it wait on it.
-      const bool ahead = p.b.dq_order == nullptr;
-      uint32_t taken = ahead ? bwd_detail::take_item(p.b) : 0;
-      const auto take_ahead = [&] {
-        if (!ahead) return;
-        taken = bwd_detail::take_item(p.b);
-        if (taken >= items) return;
-        const bwd_detail::KeyWork next =
-            bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, static_cast<int>(taken));
-        if (next.valid && next.steps > 0) bwd_detail::prefetch<Tile>(p, next);
-      };
       for (uint32_t item_n = 0;; ++item_n) {
         Buffers::KvRing::wait_free(buf.kv_empty(), item_n);  // everyone is done with the last item and its number
-        if (!ahead) taken = bwd_detail::take_item(p.b);
+        // Taken only now that the CTA is free: an item taken ahead would sit behind the CTA's current one while
+        // other CTAs come free (and in deterministic mode, wait on it).
+        const uint32_t taken = bwd_detail::take_item(p.b);
         const int item = taken < items ? static_cast<int>(taken) : -1;
         *buf.item = item;
         if (item < 0) {
@@ -712,12 +686,10 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
         if (!w.valid || w.steps == 0) {
           ptx::barrier_arrive(buf.kv_full());  // nothing to load: the number alone
-          take_ahead();
           continue;
         }
         bwd_detail::produce<T>(p, buf, w, item_n, step);
         step += w.steps;
-        take_ahead();
       }
     } else {
       for (uint32_t item_n = 0;; ++item_n) {

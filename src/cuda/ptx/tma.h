@@ -42,15 +42,6 @@ __device__ __forceinline__ void tma_load(void* dst, const void* map, const int32
   ::cuda::ptx::cp_async_bulk_tensor(::cuda::ptx::space_cluster, ::cuda::ptx::space_global, dst, map, coords, bar);
 }
 
-// Asks L2 to fetch the box at `coords` (innermost first) of a rank-4 `map`, with no shared memory and no barrier,
-// so that a later tma_load of it hits L2 (this CCCL has no verb for the instruction).
-__device__ __forceinline__ void tma_prefetch(const void* map, const int32_t (&coords)[4]) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];"
-               :
-               : "l"(map), "r"(coords[0]), "r"(coords[1]), "r"(coords[2]), "r"(coords[3])
-               : "memory");
-}
-
 // Shared memory written by ordinary stores becomes visible to the copy engine and the tensor cores (async proxy):
 // every writing thread fences before the barrier that hands the buffer over.
 __device__ __forceinline__ void fence_async_shared() { ::cuda::ptx::fence_proxy_async(::cuda::ptx::space_shared); }
