@@ -47,8 +47,12 @@ struct DkdvTile {
   static constexpr int kTermRows = 3;
   static constexpr uint32_t kTermBytes = kTermRows * BM * 4;
   static constexpr uint32_t kSumBytes = 2 * 2 * 8 * BM * 4;  // E and mass partials per consumer warp, two buffers
+  // dK, then dV, leave through staging rows (a consumer's 64 keys, padded by 16 bytes against bank conflicts) as
+  // whole 16-byte pieces of rows.
+  static constexpr uint32_t kOutPitch = kD * 2 + 16, kOutBytes = 64 * kOutPitch;
   static constexpr size_t smem_bytes() {
-    return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kDsBytes + kStages * kTermBytes + kSumBytes + 1024;
+    return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kDsBytes + kStages * kTermBytes + kSumBytes + 2 * kOutBytes +
+           1024;
   }
   static_assert(kD == 64 || kD == 128, "head dims of the Hopper backward");
   static_assert(register_split_fits(3, kProducerRegs<true>, kConsumerRegs<true>) &&

@@ -238,6 +238,10 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
   }
   // The consumer warps' partial E and mass of a step's queries, [buffer][E | mass][8 warps][BM].
   __device__ __forceinline__ float* sums(int buffer) const { return terms(kS) + buffer * 2 * 8 * Tile::BM; }
+  // Consumer c's staging rows for its dK and dV.
+  __device__ __forceinline__ unsigned char* out(int c) const {
+    return reinterpret_cast<unsigned char*>(sums(2)) + c * Tile::kOutBytes;
+  }
   using Bars::kv_full, Bars::kv_empty, Bars::q_full, Bars::q_empty, Bars::t_full, Bars::t_empty;
   __device__ __forceinline__ uint64_t* ds_full(int b) const { return this->bars + Bars::kCount + b; }
   __device__ __forceinline__ uint64_t* ds_empty(int b) const { return this->bars + Bars::kCount + 2 + b; }
@@ -584,31 +588,50 @@ class Consumer {
     }
   }
 
+  // One accumulator's rows (this thread's keys g and g + 8 of its warp's 16), times `factor`, into the staging rows.
+  __device__ __forceinline__ void stage_rows(const float (&acc)[kAcc], float factor, unsigned char* stage) const {
+    const int g = lane_ / 4, c = lane_ % 4;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      unsigned char* row = stage + (16 * warp_ + g + 8 * half) * Tile::kOutPitch + 4 * c;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j)
+        *reinterpret_cast<uint32_t*>(row + 16 * j) =
+            ptx::pack2<T>(acc[4 * j + 2 * half] * factor, acc[4 * j + 2 * half + 1] * factor);
+    }
+  }
+
+  // The staged rows of the keys in the sequence to `out` ([B][T][H][width]), the first `width` columns.
+  __device__ __forceinline__ void copy_rows(const TokenHeadTensor& out, int width, const unsigned char* stage) const {
+    constexpr int kChunks = kD / 8, kKeyStep = 128 / kChunks;  // a thread keeps one 16-byte column of the rows
+    const int t = ptx::warpgroup_thread(), chunk = t % kChunks, first = t / kChunks;
+    if (8 * chunk >= width) return;
+    const int keys = p_.a.key_len(w_.seq.len) - (w_.j0 + 64 * me_);
+    T* dst = out.template row<T>(w_.seq.batch, w_.seq.start + w_.j0 + 64 * me_ + first, w_.hk) + 8 * chunk;
+    const int64_t step = out.token_stride * kKeyStep;
+#pragma unroll 1
+    for (int key = first; key < min(keys, 64); key += kKeyStep, dst += step)
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(stage + key * Tile::kOutPitch + 16 * chunk);
+  }
+
   __device__ __forceinline__ void hold_kv() {
     ptx::wgmma_hold(dk_);
     ptx::wgmma_hold(dv_);
   }
 
-  // dK (times scale) and dV of this thread's keys.
-  __device__ __forceinline__ void store() const {
+  // dK (times scale), then dV, of this consumer's keys: each written into the staging rows `stage` and stored from
+  // there by the warpgroup in 16-byte pieces of rows (the fragments' own 4-byte pieces wrote half sectors).
+  __device__ __forceinline__ void store(unsigned char* stage) const {
     const AttentionParams& a = p_.a;
-    const int g = lane_ / 4, c = lane_ % 4;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int key = w_.j0 + 64 * me_ + 16 * warp_ + g + 8 * half;
-      if (key >= a.key_len(w_.seq.len)) continue;
-      T* dk = p_.dk.template row<T>(w_.seq.batch, w_.seq.start + key, w_.hk) + 2 * c;
-      T* dv = p_.dv.template row<T>(w_.seq.batch, w_.seq.start + key, w_.hk) + 2 * c;
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        if (8 * j < a.K)
-          *reinterpret_cast<uint32_t*>(dk + 8 * j) =
-              ptx::pack2<T>(dk_[4 * j + 2 * half] * a.scale, dk_[4 * j + 2 * half + 1] * a.scale);
-        if (8 * j < a.V)
-          *reinterpret_cast<uint32_t*>(dv + 8 * j) = ptx::pack2<T>(dv_[4 * j + 2 * half] * Scale::kInv,
-                                                                    dv_[4 * j + 2 * half + 1] * Scale::kInv);
-      }
-    }
+    const int bar = 1 + me_;  // this warpgroup's named barrier
+    ptx::named_barrier_sync(bar, 128);  // every thread is done reading the last item's rows
+    stage_rows(dk_, a.scale, stage);
+    ptx::named_barrier_sync(bar, 128);
+    copy_rows(p_.dk, a.K, stage);
+    ptx::named_barrier_sync(bar, 128);
+    stage_rows(dv_, Scale::kInv, stage);
+    ptx::named_barrier_sync(bar, 128);
+    copy_rows(p_.dv, a.V, stage);
   }
 
  private:
@@ -703,7 +726,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       Buffers::KvRing::release(buf.kv_empty());
       if (kRowSums && p.b.a.has_gate)
         for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h);
-      c.store();
+      c.store(buf.out(me));
       continue;
     }
     float2 key_term = c.key_terms(w.hk * p.b.a.group);
@@ -777,7 +800,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     }
     finish_step(w.steps - 1);
     Buffers::KvRing::release(buf.kv_empty());  // the producer loads the next item's K and V under the stores
-    c.store();
+    c.store(buf.out(me));
     step += w.steps;
   }
 #endif

@@ -84,9 +84,8 @@ std::string hopper_dkdv_refusal(const DkdvTensors& args, const cuda::bwd::Backwa
   if (ctas > std::numeric_limits<int32_t>::max()) return "needs fewer than 2^31 CTAs ((key tile, kv head) pairs)";
   for (const Tensor* t : {&args.q, &args.k, &args.v, &args.dout})
     if (!token_head_map_ready(*t)) return "needs q, k, v and dout with 16-byte aligned rows and strides";
-  const int out_width = wide(p) ? 16 : 4;  // the wide kernel stores 16-byte pieces, the narrow one 4-byte pairs
-  if (cuda::row_copy_width(args.dk) < out_width || cuda::row_copy_width(args.dv) < out_width)
-    return "needs dk and dv with " + std::to_string(out_width) + "-byte aligned rows";
+  if (cuda::row_copy_width(args.dk) < 16 || cuda::row_copy_width(args.dv) < 16)  // the kernels store 16-byte pieces
+    return "needs dk and dv with 16-byte aligned rows";
   return "";
 }
 
