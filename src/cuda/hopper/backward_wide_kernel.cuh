@@ -44,10 +44,15 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   using KvRing = Ring<1>;  // one item a CTA: the producer's first wait_free passes at once
 
   // Deterministic mode, per step: turn_ready when the turn warp saw every earlier add to the step's dQ rows counted,
-  // turn_done when every consumer warp made its adds there (bwd_detail::take_turns).
+  // turn_done when the warps that add (the writer warp where dQ is staged, else every consumer warp) made their adds
+  // there (bwd_detail::take_turns).
   using TurnRing = Ring<2>;
+  // Tile::kStagedDq: consumer c's staged dQ of each step (dq_staging.cuh), dq_full when its 128 threads wrote it,
+  // dq_empty when the writer warp's 32 lanes added it.
+  using DqRing = Ring<1>;
 
-  // then met; a pair: do_full, do_empty, xch_full[2][2][2], xch_empty[2][2]; then turn_ready[2], turn_done[2]
+  // then met; a pair: do_full, do_empty, xch_full[2][2][2], xch_empty[2][2]; then turn_ready[2], turn_done[2],
+  // dq_full[2], dq_empty[2]
   using Bars = bwd_detail::StepBarriers<kS>;
   unsigned char* base;
   static constexpr bool kMeets = kK != kV;  // the consumers run copies of their code of their own (Consumer's kMe)
@@ -56,7 +61,7 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   // once dV^T is made, before Q.
   static constexpr bool kDoApart = kPaired;
   static constexpr int kTurnBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kPaired ? 2 + 12 : 0);
-  static constexpr int kBarriers = kTurnBarriers + 2 * 2;
+  static constexpr int kBarriers = kTurnBarriers + 2 * 2 + 2 * 2;
   // One consumer's exchange slot: its S and dP partials, [S | dP][kKeys / 8 float4 a thread][128 threads].
   static constexpr uint32_t kSlotBytes = Tile::kExchangeBytes / 4;
   using ExchangeRing = Ring<2>;
@@ -95,6 +100,14 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   __device__ __forceinline__ float* colsums() const { return sums(2); }
   // The gate's key terms Gc_key log2 e of the tile's keys for the current query head, [BN].
   __device__ __forceinline__ float* key_terms() const { return colsums() + 2 * 4 * 32; }
+  // Tile::kStagedDq: consumer c's staged dQ (its dQ columns' blocks: consumer 0 has two, from the slot's start) and
+  // its warps' headers.
+  __device__ __forceinline__ unsigned char* dq_slot(int c) const {
+    return reinterpret_cast<unsigned char*>(key_terms() + Tile::BN) + c * Tile::BM * 128 * 4;
+  }
+  __device__ __forceinline__ dq_staging::Header* dq_headers(int c) const {
+    return reinterpret_cast<dq_staging::Header*>(dq_slot(0) + Tile::BM * Tile::kCtaK * 4) + 4 * c;
+  }
   using Bars::kv_full, Bars::kv_empty, Bars::q_full, Bars::q_empty, Bars::t_full, Bars::t_empty;
   // Where each consumer has its own copy of the code (192 / 128): both consumers' threads at one point, the n-th
   // time.
@@ -113,6 +126,8 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   __device__ __forceinline__ uint64_t* xch_empty(int slot, int c) const { return do_full() + 10 + 2 * slot + c; }
   __device__ __forceinline__ uint64_t* turn_ready(int t) const { return this->bars + kTurnBarriers + t; }
   __device__ __forceinline__ uint64_t* turn_done(int t) const { return this->bars + kTurnBarriers + 2 + t; }
+  __device__ __forceinline__ uint64_t* dq_full(int c) const { return this->bars + kTurnBarriers + 4 + c; }
+  __device__ __forceinline__ uint64_t* dq_empty(int c) const { return this->bars + kTurnBarriers + 6 + c; }
 
   __device__ __forceinline__ void init() const {
     ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers);
@@ -121,7 +136,9 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
       ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
     }
     if (kMeets) ptx::barrier_init(met(), 256);
-    for (int t = 0; t < 2; ++t) ptx::barrier_init(turn_ready(t), 1), ptx::barrier_init(turn_done(t), kReleasers);
+    for (int t = 0; t < 2; ++t)
+      ptx::barrier_init(turn_ready(t), 1), ptx::barrier_init(turn_done(t), Tile::kStagedDq ? 1 : kReleasers);
+    for (int c = 0; c < 2; ++c) ptx::barrier_init(dq_full(c), 128), ptx::barrier_init(dq_empty(c), 32);
     if (kPaired) {
       ptx::barrier_init(do_full(), 1), ptx::barrier_init(do_empty(), kReleasers);
       for (int slot = 0; slot < 2; ++slot)
@@ -415,6 +432,24 @@ class Consumer {
     }
   }
 
+  // Tile::kStagedDq: step `it`'s dQ (this consumer's columns) into its slot in dq_acc's fragment order, once the
+  // writer warp added step it - 1's.
+  __device__ __forceinline__ void stage_dq(const float (&dq)[kDqAcc], int64_t h, int i0, const Buf& buf,
+                                           int it) const {
+    const int i_first = i0 + 16 * warp_, col0 = kCtaK * rank_ + 64 * dk_first();
+    float* dst = nullptr;
+    int chunks = 0;
+    if (i_first < w_.seq.len) {
+      const int64_t row0 = bwd::dq_row(p_.a, w_.seq.batch, h, w_.seq_index, w_.seq.start);
+      dst = p_.dq_acc + bwd::dq_acc_offset(row0, i_first, col0, p_.K16);
+      chunks = max(0, min(64 * kDkCount, p_.K16 - col0) / 8);
+    }
+    Buf::DqRing::wait_free(buf.dq_empty(me_), it);
+    dq_staging::write_part(dq, dst, chunks, buf.dq_slot(me_), warp_ * dq_staging::warp_bytes<kDqAcc>(),
+                           buf.dq_headers(me_) + warp_);
+    ptx::barrier_arrive(buf.dq_full(me_));
+  }
+
   __device__ __forceinline__ void hold_kv() {
 #pragma unroll
     for (int t = 0; t < kDkCount; ++t) ptx::wgmma_hold(dk_[t]);
@@ -561,12 +596,16 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     c.hold_kv();
     ptx::wgmma_hold(dq);
     if constexpr (!kPaired) buf.release_q(s);
-    // Deterministic mode: the adds in the turn the turn warp hands over.
-    const int t = TurnRing::stage(it);
-    if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), TurnRing::parity(it));
-    c.add_sums(buf.sums(it % 2), st.h, st.i0);
-    c.add_dq(dq, st.h, st.i0);
-    if (p.b.dq_order) TurnRing::release(buf.turn_done(t));
+    if constexpr (Tile::kStagedDq) {  // the writer warp adds it (no row sums in this bucket)
+      static_assert(!kRowSums, "a staged dQ bucket with row sums would add them in the turns too");
+      c.stage_dq(dq, st.h, st.i0, buf, it);
+    } else {  // deterministic mode: the adds in the turn the turn warp hands over
+      const int t = TurnRing::stage(it);
+      if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), TurnRing::parity(it));
+      c.add_sums(buf.sums(it % 2), st.h, st.i0);
+      c.add_dq(dq, st.h, st.i0);
+      if (p.b.dq_order) TurnRing::release(buf.turn_done(t));
+    }
     if (kRowSums && (it + 1) % w.tiles_per_head == 0) {  // the head's last step
       c.store_colsum(st.h, buf.colsums());
       if (it + 1 < w.steps) c.load_key_terms(st.h + 1, buf.key_terms());
@@ -620,6 +659,7 @@ __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
     if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0, col0);
     else if (warp == 1) bwd_detail::stage_terms<PScale<T, kRowSums>>(p.b, buf, w, 0);  // Consumer::Scale
     else if (warp == 2 && p.b.dq_order) bwd_detail::take_turns(p.b, buf, w, 0, Buffers::kReleasers * Tile::kPair);
+    else if (warp == 3 && Tile::kStagedDq) bwd_detail::write_dq(p.b, buf, w, 0);
     return leave();
   }
 

@@ -1,0 +1,70 @@
+// dQ's adds through shared memory (both dK/dV kernels, sm_90a): a consumer writes a step's dQ block into its staging
+// slot and goes on, and a writer warp of the producer warpgroup adds the slot into the fp32 accumulator. Issued by
+// the consumers themselves, the vector reductions held them until the last one had left their registers, once a
+// step (removing the adds took the dK/dV kernels 15-64% faster); the writer's adds run under the consumers' next
+// step instead.
+//
+// A slot holds each consumer warp's part as it would go out: its 16 rows of the block are one contiguous run of
+// dq_acc (dq_acc_offset: 512-byte chunks of 16 rows x 8 columns), so chunk j of a lane is the float4 the lane adds at
+// chunk j, lane by lane. Beside the data, one header a warp says where the run starts and how many chunks it has.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/hopper/ring.h"
+#include "cuda/ptx/red.h"
+#include "cuda/ptx/tma.h"
+
+namespace flashgate::cuda::hopper {
+
+#if defined(__CUDACC__)
+namespace dq_staging {
+
+// One consumer warp's part of a staged dQ block.
+struct Header {
+  float* dst;       // the run's first chunk in dq_acc (lane l's float4 at dst + 4 l)
+  uint32_t offset;  // the part's bytes in the slot, from the slot's start
+  int chunks;       // 512-byte chunks in the run (0: rows past the sequence, nothing to add)
+};
+
+// The slot's bytes for one warp's part of kFloats accumulators a thread.
+template <int kFloats>
+constexpr uint32_t warp_bytes() {
+  return kFloats * 4 * 32;
+}
+
+// A consumer warp's part: this thread's kFloats accumulators (chunk j: dq[4 j .. 4 j + 3]) into the slot at byte
+// `offset`, the first `chunks` chunks, and lane 0 writes the header. Every thread of the consumer then arrives on the
+// slot's full barrier (put).
+template <int kFloats>
+__device__ __forceinline__ void write_part(const float (&dq)[kFloats], float* dst, int chunks, unsigned char* slot,
+                                           uint32_t offset, Header* header) {
+  const int lane = threadIdx.x % 32;
+  float4* part = reinterpret_cast<float4*>(slot + offset) + lane;
+#pragma unroll
+  for (int j = 0; j < kFloats / 4; ++j)
+    if (j < chunks) part[32 * j] = make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+  if (lane == 0) *header = Header{dst, offset, chunks};
+}
+
+// The writer warp: every part of a full slot (`parts` headers) added into dq_acc, its lanes' float4s side by side.
+__device__ __forceinline__ void add_slot(const unsigned char* slot, const Header* headers, int parts) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll 1
+  for (int w = 0; w < parts; ++w) {
+    const Header h = headers[w];
+    const float4* src = reinterpret_cast<const float4*>(slot + h.offset) + lane;
+    float* dst = h.dst + 4 * lane;
+#pragma unroll 2
+    for (int j = 0; j < h.chunks; ++j) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      ptx::red_add_v4_f32(dst + 128 * j, src[32 * j]);
+#endif
+    }
+  }
+}
+
+}  // namespace dq_staging
+#endif  // __CUDACC__
+
+}  // namespace flashgate::cuda::hopper
