@@ -389,7 +389,7 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
 }
 
 // The writer warp: per step of an item, each consumer's staged dQ block (dq_staging.cuh) added into dq_acc, consumer
-// 0's first; in deterministic mode in the turn the turn warp hands over, counted by one arrival on turn_done.
+// 0's first; in deterministic mode in the turn the turn warp hands over, complete before one arrival on turn_done.
 template <class Buf>
 __device__ __forceinline__ void write_dq(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                          uint32_t step) {
@@ -400,9 +400,12 @@ __device__ __forceinline__ void write_dq(const bwd::BackwardParams& p, const Buf
     for (int c = 0; c < 2; ++c) {
       ptx::barrier_wait(buf.dq_full(c), Buf::DqRing::parity(n));
       dq_staging::add_slot(buf.dq_slot(c), buf.dq_headers(c), 4);
-      ptx::barrier_arrive(buf.dq_empty(c));  // every lane: its reads of the slot are done
+      ptx::barrier_arrive(buf.dq_empty(c));  // every lane (lane 0 saw the copy engine's reads done)
     }
-    if (p.dq_order) Buf::TurnRing::release(buf.turn_done(t));
+    if (p.dq_order) {
+      dq_staging::finish_adds();
+      Buf::TurnRing::release(buf.turn_done(t));
+    }
   }
 }
 

@@ -1,8 +1,9 @@
 // dQ's adds through shared memory (both dK/dV kernels, sm_90a): a consumer writes a step's dQ block into its staging
-// slot and goes on, and a writer warp of the producer warpgroup adds the slot into the fp32 accumulator. Issued by
-// the consumers themselves, the vector reductions held them until the last one had left their registers, once a
-// step (removing the adds took the dK/dV kernels 15-64% faster); the writer's adds run under the consumers' next
-// step instead.
+// slot and goes on, and a writer warp of the producer warpgroup has the copy engine add the slot into the fp32
+// accumulator. Issued by the consumers themselves, the vector reductions held them until the last one had left
+// their registers, once a step (removing the adds took the dK/dV kernels 15-64% faster); the copy engine's adds run
+// under the consumers' next step instead. (One warp issuing the vector reductions of both consumers cost 25-35%:
+// the reductions go out at one sub-partition's rate.)
 //
 // A slot holds each consumer warp's part as it would go out: its 16 rows of the block are one contiguous run of
 // dq_acc (dq_acc_offset: 512-byte chunks of 16 rows x 8 columns), so chunk j of a lane is the float4 the lane adds at
@@ -34,8 +35,8 @@ constexpr uint32_t warp_bytes() {
 }
 
 // A consumer warp's part: this thread's kFloats accumulators (chunk j: dq[4 j .. 4 j + 3]) into the slot at byte
-// `offset`, the first `chunks` chunks, and lane 0 writes the header. Every thread of the consumer then arrives on the
-// slot's full barrier (put).
+// `offset`, the first `chunks` chunks, and lane 0 writes the header; then a fence so that the copy engine sees
+// them. Every thread of the consumer then arrives on the slot's full barrier.
 template <int kFloats>
 __device__ __forceinline__ void write_part(const float (&dq)[kFloats], float* dst, int chunks, unsigned char* slot,
                                            uint32_t offset, Header* header) {
@@ -45,23 +46,31 @@ __device__ __forceinline__ void write_part(const float (&dq)[kFloats], float* ds
   for (int j = 0; j < kFloats / 4; ++j)
     if (j < chunks) part[32 * j] = make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
   if (lane == 0) *header = Header{dst, offset, chunks};
+  ptx::fence_async_shared();
 }
 
-// The writer warp: every part of a full slot (`parts` headers) added into dq_acc, its lanes' float4s side by side.
+// The writer warp: every part of a full slot (`parts` headers) added into dq_acc, one bulk reduction a part issued
+// by lane 0; the warp goes on once the copy engine has read the slot.
 __device__ __forceinline__ void add_slot(const unsigned char* slot, const Header* headers, int parts) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll 1
-  for (int w = 0; w < parts; ++w) {
-    const Header h = headers[w];
-    const float4* src = reinterpret_cast<const float4*>(slot + h.offset) + lane;
-    float* dst = h.dst + 4 * lane;
-#pragma unroll 2
-    for (int j = 0; j < h.chunks; ++j) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      ptx::red_add_v4_f32(dst + 128 * j, src[32 * j]);
-#endif
+  if (threadIdx.x % 32 == 0) {
+    for (int w = 0; w < parts; ++w) {
+      const Header h = headers[w];
+      if (h.chunks > 0)
+        ptx::bulk_add_f32(h.dst, reinterpret_cast<const float*>(slot + h.offset), static_cast<uint32_t>(h.chunks) * 512);
     }
+    ptx::bulk_commit();
+    ptx::bulk_wait_read<0>();
   }
+#endif
+  __syncwarp();
+}
+
+// Deterministic mode: the writer's adds so far complete before its turn is counted (lane 0 issued them).
+__device__ __forceinline__ void finish_adds() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x % 32 == 0) ptx::bulk_wait_done<0>();
+#endif
 }
 
 }  // namespace dq_staging
