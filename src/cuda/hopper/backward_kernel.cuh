@@ -5,14 +5,12 @@
 //
 // Warpgroup 0 produces: one elected lane loads K and V once and streams each step's Q and dO tiles through a
 // two-stage ring with TMA; a second warp stages the step's row terms ((lse - Gc) in the log2 domain, +inf where a
-// row takes no probability; D) into a ring beside them; a third warp (the writer) adds the consumers' staged dQ
-// blocks into the accumulator. Warpgroups 1 and 2 consume, 64 keys each. A consumer's step: S^T and dP^T (P made
-// while dP^T runs), dS^T, dV and dK issued, then the previous step's dQ block from both consumers' dS^T, staged for
-// the writer: the one-step lag lets the consumers drift apart, so one's softmax work overlaps the other's MMAs.
+// row takes no probability; D) into a ring beside them. Warpgroups 1 and 2 consume, 64 keys each. A consumer's
+// step: S^T and dP^T (P made while dP^T runs), dS^T, dV and dK issued, then the previous step's dQ block from both
+// consumers' dS^T: the one-step lag lets the consumers drift apart, so one's softmax work overlaps the other's MMAs.
 //
 // Shared memory: K, V [kD/64][128 keys][64]; per stage Q, dO [kD/64][BM rows][64]; dS^T [2][BM/64][128 keys][64];
-// the terms [stage][lse | D | sink weight][BM]; with kRowSums the E and mass partials [2][E | mass][warp][BM]; the
-// staged dQ [consumer][warp][chunk][lane] float4 and its headers [consumer][warp].
+// the terms [stage][lse | D | sink weight][BM]; with kRowSums the E and mass partials [2][E | mass][warp][BM].
 // Every 64-column block is 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts); the
 // consumers write dS^T in that same swizzle.
 #pragma once
@@ -212,18 +210,13 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
   // and the term warp (and in deterministic mode the turn warp) has read the number.
   using KvRing = Ring<1>;
   // Deterministic mode, per step: turn_ready when the turn warp saw every earlier add to the step's dQ rows counted,
-  // turn_done when the writer warp made the step's dQ adds there (and with the row sums, every consumer warp its
-  // adds of E and the mass).
+  // turn_done when every consumer warp made its adds there.
   using TurnRing = Ring<2>;
-  // Consumer c's staged dQ block of each step (dq_staging.cuh): dq_full when its 128 threads wrote it, dq_empty when
-  // the writer warp's 32 lanes added it.
-  using DqRing = Ring<1>;
 
-  // then per buffer ds_full, ds_empty, per turn stage turn_ready, turn_done, per consumer dq_full, dq_empty
-  using Bars = StepBarriers<kS>;
+  using Bars = StepBarriers<kS>;  // then per buffer ds_full, ds_empty, then per turn stage turn_ready, turn_done
   unsigned char* base;
   int* item;  // the number of the item in the K / V stage, -1 once there is none
-  static constexpr int kBarriers = Bars::kCount + 2 * 2 + 2 * 2 + 2 * 2;
+  static constexpr int kBarriers = Bars::kCount + 2 * 2 + 2 * 2;
 
   template <class T>
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
@@ -246,34 +239,20 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
   }
   // The consumer warps' partial E and mass of a step's queries, [buffer][E | mass][8 warps][BM].
   __device__ __forceinline__ float* sums(int buffer) const { return terms(kS) + buffer * 2 * 8 * Tile::BM; }
-  // Consumer c's staged dQ block and its warps' headers.
-  __device__ __forceinline__ unsigned char* dq_slot(int c) const {
-    return reinterpret_cast<unsigned char*>(sums(2)) + c * Tile::kDqSlotBytes;
-  }
-  __device__ __forceinline__ dq_staging::Header* dq_headers(int c) const {
-    return reinterpret_cast<dq_staging::Header*>(dq_slot(2)) + 4 * c;
-  }
-  // Consumer c's staging row r for its dK and dV (Tile::kOutRowBytes): the c-th 64 key rows of the first 64-column
-  // block of the dS^T buffers (8 KB in each), 8192 / kOutRowBytes rows a buffer.
-  __device__ __forceinline__ unsigned char* out_row(int c, int r) const {
-    constexpr int kRows = 8192 / Tile::kOutRowBytes;
-    return reinterpret_cast<unsigned char*>(ds<unsigned char>(r / kRows)) + 64 * c * 128 + (r % kRows) * Tile::kOutRowBytes;
+  // Consumer c's staging rows for its dK and dV.
+  __device__ __forceinline__ unsigned char* out(int c) const {
+    return reinterpret_cast<unsigned char*>(sums(2)) + c * Tile::kOutBytes;
   }
   using Bars::kv_full, Bars::kv_empty, Bars::q_full, Bars::q_empty, Bars::t_full, Bars::t_empty;
   __device__ __forceinline__ uint64_t* ds_full(int b) const { return this->bars + Bars::kCount + b; }
   __device__ __forceinline__ uint64_t* ds_empty(int b) const { return this->bars + Bars::kCount + 2 + b; }
   __device__ __forceinline__ uint64_t* turn_ready(int t) const { return this->bars + Bars::kCount + 4 + t; }
   __device__ __forceinline__ uint64_t* turn_done(int t) const { return this->bars + Bars::kCount + 6 + t; }
-  __device__ __forceinline__ uint64_t* dq_full(int c) const { return this->bars + Bars::kCount + 8 + c; }
-  __device__ __forceinline__ uint64_t* dq_empty(int c) const { return this->bars + Bars::kCount + 10 + c; }
 
-  // deterministic: the CTA has a turn warp; row_sums: the consumers add E and the mass in the turns.
-  __device__ __forceinline__ void init(bool deterministic, bool row_sums) const {
-    // The item's number is read by the term warp, the writer warp and in deterministic mode the turn warp.
-    ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers + (deterministic ? 3 : 2));
-    for (int t = 0; t < 2; ++t)
-      ptx::barrier_init(turn_ready(t), 1), ptx::barrier_init(turn_done(t), 1 + (row_sums ? kReleasers : 0));
-    for (int c = 0; c < 2; ++c) ptx::barrier_init(dq_full(c), 128), ptx::barrier_init(dq_empty(c), 32);
+  // deterministic: the CTA has a turn warp.
+  __device__ __forceinline__ void init(bool deterministic) const {
+    ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers + (deterministic ? 2 : 1));
+    for (int t = 0; t < 2; ++t) ptx::barrier_init(turn_ready(t), 1), ptx::barrier_init(turn_done(t), kReleasers);
     for (int s = 0; s < kS; ++s) {
       ptx::barrier_init(q_full(s), 1), ptx::barrier_init(q_empty(s), kReleasers);
       ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
@@ -356,12 +335,12 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
 }
 
 // Deterministic mode's turn warp: per step of an item, in the consumers' order, it waits until every later key tile
-// counted its adds to the step's dQ rows (lane 0 polls, then reads with acquire), hands the turn to the warps that
-// add (turn_ready: the writer warp, the consumers where they add row sums or dQ themselves), and once they made their
-// adds (turn_done) counts them for the tiles waiting after this one (release). The adds are ordered after the acquire
-// and before the release through the two barriers, so the waits and the round trips to L2 fall on this warp while
-// the consumers go on. A step's count goes out before the warp waits for the next step's turn.
-// tile_adds: the count a key tile makes at a row block (a fixed number a step, kReleasers per CTA).
+// counted its adds to the step's dQ rows (lane 0 polls, then reads with acquire), hands the turn to the consumers
+// (turn_ready), and once their eight warps made their adds (turn_done) counts them for the tiles waiting after this
+// one (release). The consumers' adds are ordered after the acquire and before the release through the two barriers,
+// so the waits and the round trips to L2 fall on this warp while the consumers go on. A step's count goes out before
+// the warp waits for the next step's turn.
+// tile_adds: the counts a key tile makes at a row block (every consumer warp of its CTAs).
 template <class Buf>
 __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                            uint32_t step, int tile_adds) {
@@ -388,8 +367,10 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
   }
 }
 
-// The writer warp: per step of an item, each consumer's staged dQ block (dq_staging.cuh) added into dq_acc, consumer
-// 0's first; in deterministic mode in the turn the turn warp hands over, complete before one arrival on turn_done.
+// The wide kernel's writer warp where its bucket stages dQ (DkdvWideTile::kStagedDq): per step of an item, each
+// consumer's staged dQ (dq_staging.cuh) added into dq_acc, consumer 0's first; in deterministic mode in the turn the
+// turn warp hands over, complete before the one arrival on turn_done. (The narrow kernel's consumers add their dQ
+// themselves: staged and added by the copy engine, its rows measured 3-8% slower.)
 template <class Buf>
 __device__ __forceinline__ void write_dq(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                          uint32_t step) {
@@ -615,42 +596,37 @@ class Consumer {
     ptx::wgmma_commit();
   }
 
-  // Step n's dQ block (rows as the accumulator's warp rows) into this consumer's slot, in dq_acc's fragment order,
-  // once the writer warp added step n - 1's.
-  __device__ __forceinline__ void stage_dq(const float (&dq)[kDq], int64_t h, int i0, const Buffers<kD>& buf,
-                                           uint32_t n) const {
+  // Adds the dQ block (rows as the accumulator's warp rows) into dq_acc's fragment order.
+  __device__ __forceinline__ void add_dq(const float (&dq)[kDq], int64_t h, int i0) const {
+    const AttentionParams& a = p_.a;
     const int i_first = i0 + dq_row0() + 16 * warp_, col0 = dq_col0();
-    float* dst = nullptr;
-    int chunks = 0;
-    if (i_first < w_.seq.len) {
-      const int64_t row0 = bwd::dq_row(p_.a, w_.seq.batch, h, w_.seq_index, w_.seq.start);
-      dst = p_.dq_acc + bwd::dq_acc_offset(row0, i_first, col0, p_.K16);
-      chunks = max(0, min(64, p_.K16 - col0) / 8);
+    if (i_first >= w_.seq.len) return;
+    const int64_t row0 = bwd::dq_row(a, w_.seq.batch, h, w_.seq_index, w_.seq.start);
+    float* at = p_.dq_acc + bwd::dq_acc_offset(row0, i_first, col0, p_.K16) + 4 * lane_;
+#pragma unroll
+    for (int j = 0; j < 64 / 8; ++j) {
+      if (col0 + 8 * j >= p_.K16) break;
+#if FG_HOPPER_BWD_BODY
+      ptx::red_add_v4_f32(at + j * 128, make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]));
+#endif
     }
-    Buffers<kD>::DqRing::wait_free(buf.dq_empty(me_), n);
-    dq_staging::write_part(dq, dst, chunks, buf.dq_slot(me_), warp_ * dq_staging::warp_bytes<kDq>(),
-                           buf.dq_headers(me_) + warp_);
-    ptx::barrier_arrive(buf.dq_full(me_));
   }
 
-  // One accumulator's rows (this thread's keys g and g + 8 of its warp's 16), times `factor`, into the staging rows:
-  // 16-byte piece j of row r at piece j ^ (r % 8), so that the eight rows of a store hit different banks.
-  __device__ __forceinline__ void stage_rows(const float (&acc)[kAcc], float factor, const Buffers<kD>& buf) const {
+  // One accumulator's rows (this thread's keys g and g + 8 of its warp's 16), times `factor`, into the staging rows.
+  __device__ __forceinline__ void stage_rows(const float (&acc)[kAcc], float factor, unsigned char* stage) const {
     const int g = lane_ / 4, c = lane_ % 4;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int r = 16 * warp_ + g + 8 * half;
-      // Opaque per call: else ptxas keeps the item-invariant piece addresses across the step loop (and spills them).
-      unsigned char* row = reinterpret_cast<unsigned char*>(ptx::opaque(reinterpret_cast<uint64_t>(buf.out_row(me_, r)))) + 4 * c;
+      unsigned char* row = stage + (16 * warp_ + g + 8 * half) * Tile::kOutPitch + 4 * c;
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j)
-        *reinterpret_cast<uint32_t*>(row + 16 * (j ^ (r % 8))) =
+        *reinterpret_cast<uint32_t*>(row + 16 * j) =
             ptx::pack2<T>(acc[4 * j + 2 * half] * factor, acc[4 * j + 2 * half + 1] * factor);
     }
   }
 
   // The staged rows of the keys in the sequence to `out` ([B][T][H][width]), the first `width` columns.
-  __device__ __forceinline__ void copy_rows(const TokenHeadTensor& out, int width, const Buffers<kD>& buf) const {
+  __device__ __forceinline__ void copy_rows(const TokenHeadTensor& out, int width, const unsigned char* stage) const {
     constexpr int kChunks = kD / 8, kKeyStep = 128 / kChunks;  // a thread keeps one 16-byte column of the rows
     const int t = ptx::warpgroup_thread(), chunk = t % kChunks, first = t / kChunks;
     if (8 * chunk >= width) return;
@@ -659,7 +635,7 @@ class Consumer {
     const int64_t step = out.token_stride * kKeyStep;
 #pragma unroll 1
     for (int key = first; key < min(keys, 64); key += kKeyStep, dst += step)
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(buf.out_row(me_, key) + 16 * (chunk ^ (key % 8)));
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(stage + key * Tile::kOutPitch + 16 * chunk);
   }
 
   __device__ __forceinline__ void hold_kv() {
@@ -667,23 +643,19 @@ class Consumer {
     ptx::wgmma_hold(dv_);
   }
 
-  // dK (times scale), then dV, of this consumer's keys: each written into the staging rows and stored from there by
-  // the warpgroup in 16-byte pieces of rows (the fragments' own 4-byte pieces wrote half sectors). The rows lie in
-  // the dS^T buffers: first both consumers' dQ of the item's last two steps (n_end - 2, n_end - 1) are made from
-  // them; the next item's dS^T goes there once the rows are out.
-  __device__ __forceinline__ void store(const Buffers<kD>& buf, uint32_t n_end) const {
+  // dK (times scale), then dV, of this consumer's keys: each written into the staging rows `stage` and stored from
+  // there by the warpgroup in 16-byte pieces of rows (the fragments' own 4-byte pieces wrote half sectors).
+  __device__ __forceinline__ void store(unsigned char* stage) const {
     const AttentionParams& a = p_.a;
     const int bar = 1 + me_;  // this warpgroup's named barrier
-    Buffers<kD>::DsRing::wait_free(buf.ds_empty(Buffers<kD>::DsRing::stage(n_end)), n_end);
-    Buffers<kD>::DsRing::wait_free(buf.ds_empty(Buffers<kD>::DsRing::stage(n_end + 1)), n_end + 1);
-    stage_rows(dk_, a.scale, buf);
+    ptx::named_barrier_sync(bar, 128);  // every thread is done reading the last item's rows
+    stage_rows(dk_, a.scale, stage);
     ptx::named_barrier_sync(bar, 128);
-    copy_rows(p_.dk, a.K, buf);
+    copy_rows(p_.dk, a.K, stage);
     ptx::named_barrier_sync(bar, 128);
-    stage_rows(dv_, Scale::kInv, buf);
+    stage_rows(dv_, Scale::kInv, stage);
     ptx::named_barrier_sync(bar, 128);
-    copy_rows(p_.dv, a.V, buf);
-    ptx::named_barrier_sync(bar, 128);  // every thread is done reading the rows
+    copy_rows(p_.dv, a.V, stage);
   }
 
  private:
@@ -709,7 +681,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
   __shared__ int item_number;
   const Buffers buf{{}, {bars}, ptx::swizzle_aligned(raw), &item_number};
-  if (threadIdx.x == 0) buf.init(p.b.dq_order != nullptr, kRowSums);
+  if (threadIdx.x == 0) buf.init(p.b.dq_order != nullptr);
   __syncthreads();
 
   // Nothing stays live across setmaxnreg (ptxas would spill it). The producer lane takes the items and hands each
@@ -720,8 +692,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     const int warp = threadIdx.x / 32;
     const bool loads = warp == 0 && ptx::elect_one();
     const bool turns = warp == 2 && p.b.dq_order;  // deterministic mode's turn warp (take_turns)
-    const bool writes = warp == 3;                  // the dQ writer (write_dq)
-    if (!loads && warp != 1 && !turns && !writes) return;
+    if (!loads && warp != 1 && !turns) return;
     uint32_t step = 0;
     if (loads) {
       const int64_t items = keys.num_tiles * p.b.a.H;
@@ -754,7 +725,6 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         if (!w.valid || w.steps == 0) continue;
         using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
         if (turns) bwd_detail::take_turns(p.b, buf, w, step, Buffers::kReleasers);
-        else if (writes) bwd_detail::write_dq(p.b, buf, w, step);
         else bwd_detail::stage_terms<typename Consumer::Scale, Buffers, Consumer::kSinkParts>(p.b, buf, w, step);
         step += w.steps;
       }
@@ -780,12 +750,12 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       Buffers::KvRing::release(buf.kv_empty());
       if (kRowSums && p.b.a.has_gate)
         for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h);
-      c.store(buf, step);
+      c.store(buf.out(me));
       continue;
     }
     float2 key_term = c.key_terms(w.hk * p.b.a.group);
-    // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it, and staged for
-    // the writer warp; in deterministic mode the row sums are added in the turn the turn warp hands over.
+    // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it; in
+    // deterministic mode added in the turn the turn warp hands over.
     // The step before, whose dQ is made in this one: kept by D64's plain consumers (recomputed where the walk's
     // order is a run-time choice, it spilled a word), recomputed elsewhere (kept, it spilled D64's row-sum
     // consumers).
@@ -802,11 +772,11 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       c.hold_kv();
       ptx::wgmma_hold(dq);
       const int t = Buffers::TurnRing::stage(n);
-      if (kRowSums && p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), Buffers::TurnRing::parity(n));
+      if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), Buffers::TurnRing::parity(n));
       if constexpr (kRowSums) c.add_sums(buf.sums(b), st.h, st.i0);
       ptx::barrier_arrive(buf.ds_empty(b));
-      if (kRowSums && p.b.dq_order) Buffers::TurnRing::release(buf.turn_done(t));
-      c.stage_dq(dq, st.h, st.i0, buf, n);
+      c.add_dq(dq, st.h, st.i0);
+      if (p.b.dq_order) Buffers::TurnRing::release(buf.turn_done(t));
     };
     for (int it = 0; it < w.steps; ++it) {
       const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
@@ -854,8 +824,8 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     }
     finish_step(w.steps - 1);
     Buffers::KvRing::release(buf.kv_empty());  // the producer loads the next item's K and V under the stores
+    c.store(buf.out(me));
     step += w.steps;
-    c.store(buf, step);
   }
 #endif
 }

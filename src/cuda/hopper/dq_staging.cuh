@@ -1,9 +1,7 @@
-// dQ's adds through shared memory (both dK/dV kernels, sm_90a): a consumer writes a step's dQ block into its staging
-// slot and goes on, and a writer warp of the producer warpgroup has the copy engine add the slot into the fp32
-// accumulator. Issued by the consumers themselves, the vector reductions held them until the last one had left
-// their registers, once a step (removing the adds took the dK/dV kernels 15-64% faster); the copy engine's adds run
-// under the consumers' next step instead. (One warp issuing the vector reductions of both consumers cost 25-35%:
-// the reductions go out at one sub-partition's rate.)
+// dQ's adds through shared memory (the wide dK/dV kernel's 192 / 128 bucket, sm_90a): a consumer writes a step's dQ
+// into its staging slot and goes on, and a writer warp of the producer warpgroup has the copy engine add the slot
+// into the fp32 accumulator. Issued by the consumers themselves, the vector reductions held them until the last one
+// had left their registers, once a step; the copy engine's adds run under the consumers' next step instead.
 //
 // A slot holds each consumer warp's part as it would go out: its 16 rows of the block are one contiguous run of
 // dq_acc (dq_acc_offset: 512-byte chunks of 16 rows x 8 columns), so chunk j of a lane is the float4 the lane adds at
