@@ -79,7 +79,10 @@ template <int kK, int kV>
 struct DkdvWideTile {
   static constexpr int kPair = kK > 256 || kV > 256 ? 2 : 1;  // CTAs on one item (a cluster), each a head-dim half
   static constexpr int kCtaK = kK / kPair, kCtaV = kV / kPair;  // the head dims a CTA holds
-  static constexpr int BN = 64, BM = 64, kStages = kPair == 2 ? 1 : 2, kKBlocks = kCtaK / 64, kVBlocks = kCtaV / 64;
+  // One Q / dO stage where shared memory has no room for a second beside the dQ slot (256 / 256) or the exchange
+  // (pairs): dO is released once dV^T is made and Q once dK^T is, so that each reloads under the step's later products.
+  static constexpr int BN = 64, BM = 64, kStages = kPair == 2 || kCtaK == 256 ? 1 : 2, kKBlocks = kCtaK / 64,
+                       kVBlocks = kCtaV / 64;
   static constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240;
   // Whether the bucket serves the row sums (a gate or a sink): 192 / 128's row-sum variant has ptxas serialize its
   // wgmmas (C7514), so those cases take the 256 bucket.
@@ -90,9 +93,9 @@ struct DkdvWideTile {
   static constexpr uint32_t kSumBytes = 2 * 2 * 2 * BM * 4;  // E and mass partials of both consumers, two buffers
   static constexpr uint32_t kColsumBytes = 2 * 4 * 32 * 4;   // the gate's column-sum partials per consumer warp
   static constexpr uint32_t kKeyTermBytes = BN * 4;          // the gate's key terms of the current query head
-  // The step's dQ staged for a writer warp (dq_staging.cuh) where shared memory has room for it (192 / 128: 64 rows x
-  // 192 fp32, and a header per consumer warp); the other buckets' consumers add their dQ themselves.
-  static constexpr bool kStagedDq = kK == 192;
+  // The step's dQ staged for a writer warp (dq_staging.cuh: 64 rows x kCtaK fp32, and a header per consumer warp);
+  // a pair's consumers add theirs themselves (no shared memory left).
+  static constexpr bool kStagedDq = kPair == 1;
   static constexpr uint32_t kDqSlotBytes = kStagedDq ? BM * kCtaK * 4 + 2 * 4 * 16 : 0;
   // A pair's partial S and dP from the other CTA: two slots (by step parity) of [consumer][S | dP][BM x BN / 2] fp32.
   static constexpr uint32_t kExchangeBytes = kPair == 2 ? 2 * 2 * 2 * (BM * BN / 2) * 4 : 0;

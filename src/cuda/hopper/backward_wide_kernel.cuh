@@ -57,10 +57,10 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   unsigned char* base;
   static constexpr bool kMeets = kK != kV;  // the consumers run copies of their code of their own (Consumer's kMe)
   static constexpr bool kPaired = Tile::kPair == 2;
-  // A pair's single stage loads dO and Q on barriers of their own (q_full / q_empty then hold Q alone): dO is free
-  // once dV^T is made, before Q.
-  static constexpr bool kDoApart = kPaired;
-  static constexpr int kTurnBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kPaired ? 2 + 12 : 0);
+  // A single stage loads dO and Q on barriers of their own (q_full / q_empty then hold Q alone): dO is free once dV^T
+  // is made, before Q.
+  static constexpr bool kDoApart = Tile::kStages == 1;
+  static constexpr int kTurnBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kDoApart ? 2 : 0) + (kPaired ? 12 : 0);
   static constexpr int kBarriers = kTurnBarriers + 2 * 2 + 2 * 2;
   // One consumer's exchange slot: its S and dP partials, [S | dP][kKeys / 8 float4 a thread][128 threads].
   static constexpr uint32_t kSlotBytes = Tile::kExchangeBytes / 4;
@@ -116,8 +116,8 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
     ptx::barrier_arrive(met());
     ptx::barrier_wait(met(), n & 1);
   }
-  // A pair: the dO stage's barriers, and consumer c's exchange slot's (full: the other CTA's partial S (which 0) or
-  // dP (which 1) landed; empty: the other CTA read what this one put into its slot).
+  // kDoApart: the dO stage's barriers; a pair: consumer c's exchange slot's (full: the other CTA's partial S (which 0)
+  // or dP (which 1) landed; empty: the other CTA read what this one put into its slot).
   __device__ __forceinline__ uint64_t* do_full() const { return this->bars + Bars::kCount + (kMeets ? 1 : 0); }
   __device__ __forceinline__ uint64_t* do_empty() const { return do_full() + 1; }
   __device__ __forceinline__ uint64_t* xch_full(int slot, int c, int which) const {
@@ -129,7 +129,8 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   __device__ __forceinline__ uint64_t* dq_full(int c) const { return this->bars + kTurnBarriers + 4 + c; }
   __device__ __forceinline__ uint64_t* dq_empty(int c) const { return this->bars + kTurnBarriers + 6 + c; }
 
-  __device__ __forceinline__ void init() const {
+  // row_sums: with a staged dQ the consumers still add the row sums themselves, in deterministic mode in the turns.
+  __device__ __forceinline__ void init(bool row_sums) const {
     ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers);
     for (int s = 0; s < kS; ++s) {
       ptx::barrier_init(q_full(s), 1), ptx::barrier_init(q_empty(s), kReleasers);
@@ -137,10 +138,11 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
     }
     if (kMeets) ptx::barrier_init(met(), 256);
     for (int t = 0; t < 2; ++t)
-      ptx::barrier_init(turn_ready(t), 1), ptx::barrier_init(turn_done(t), Tile::kStagedDq ? 1 : kReleasers);
+      ptx::barrier_init(turn_ready(t), 1),
+          ptx::barrier_init(turn_done(t), Tile::kStagedDq ? 1 + (row_sums ? kReleasers : 0) : kReleasers);
     for (int c = 0; c < 2; ++c) ptx::barrier_init(dq_full(c), 128), ptx::barrier_init(dq_empty(c), 32);
+    if (kDoApart) ptx::barrier_init(do_full(), 1), ptx::barrier_init(do_empty(), kReleasers);
     if (kPaired) {
-      ptx::barrier_init(do_full(), 1), ptx::barrier_init(do_empty(), kReleasers);
       for (int slot = 0; slot < 2; ++slot)
         for (int c = 0; c < 2; ++c) {
           ptx::barrier_init(xch_full(slot, c, 0), 1), ptx::barrier_init(xch_full(slot, c, 1), 1);
@@ -387,8 +389,8 @@ class Consumer {
   }
 
   // dV^T += dO^T P and dK^T += Q^T dS for this consumer's blocks of head dims (dO and Q read transposed: M is their
-  // contiguous dimension), then dQ = dS K for its blocks of columns (K read transposed); two wgmma groups (a pair:
-  // three, dV^T's first, so that dO is released before the rest is done).
+  // contiguous dimension), then dQ = dS K for its blocks of columns (K read transposed); two wgmma groups (one Q / dO
+  // stage: three, dV^T's first, so that dO is released before the rest is done).
   __device__ __forceinline__ void issue_kv(const Buf& buf, int stage, const T* p, const T* ds) {
 #pragma unroll
     for (int t = 0; t < kDvCount; ++t)
@@ -397,7 +399,7 @@ class Consumer {
         ptx::Wgmma<T, BN, 1>::template ss<1>(
             dv_[t], ptx::mn_major_descriptor(buf.template dout<T>(stage) + (dv_first() + t) * BM * 64, BM, s),
             ptx::mn_major_descriptor(p, BM, s), true);
-    if constexpr (Tile::kPair == 2) ptx::wgmma_commit();
+    if constexpr (Buf::kDoApart) ptx::wgmma_commit();
 #pragma unroll
     for (int t = 0; t < kDkCount; ++t)
 #pragma unroll
@@ -540,7 +542,7 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
     const int s = buf.stage(it);
     ptx::barrier_wait(buf.q_full(s), buf.parity(it));
-    if constexpr (kPaired) ptx::barrier_wait(buf.do_full(), buf.parity(it));
+    if constexpr (Buffers<kK, kV>::kDoApart) ptx::barrier_wait(buf.do_full(), buf.parity(it));
     ptx::barrier_wait(buf.t_full(s), buf.parity(it));  // not between issue and wait: a loop there serialises wgmma
     float sc[Tile::BN / 4], dp[Tile::BN / 4];
     ptx::wgmma_fence();
@@ -584,7 +586,7 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     ptx::wgmma_fence();
     c.issue_kv(buf, s, pt, dst);
     c.issue_dq(dq, buf, dst);
-    if constexpr (kPaired) {  // dO, then Q, reload under the later groups
+    if constexpr (Buffers<kK, kV>::kDoApart) {  // dO, then Q, reload under the later groups
       ptx::wgmma_wait<2>();
       buf.release_do();
       ptx::wgmma_wait<1>();
@@ -595,9 +597,14 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     }
     c.hold_kv();
     ptx::wgmma_hold(dq);
-    if constexpr (!kPaired) buf.release_q(s);
-    if constexpr (Tile::kStagedDq) {  // the writer warp adds it (no row sums in this bucket)
-      static_assert(!kRowSums, "a staged dQ bucket with row sums would add them in the turns too");
+    if constexpr (!Buffers<kK, kV>::kDoApart) buf.release_q(s);
+    if constexpr (Tile::kStagedDq) {  // the writer warp adds dQ; the row sums here (deterministic: in the turn)
+      if constexpr (kRowSums) {
+        const int t = TurnRing::stage(it);
+        if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), TurnRing::parity(it));
+        c.add_sums(buf.sums(it % 2), st.h, st.i0);
+        if (p.b.dq_order) TurnRing::release(buf.turn_done(t));
+      }
       c.stage_dq(dq, st.h, st.i0, buf, it);
     } else {  // deterministic mode: the adds in the turn the turn warp hands over
       const int t = TurnRing::stage(it);
@@ -638,7 +645,7 @@ __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
   const int64_t item = blockIdx.x / Tile::kPair;  // both CTAs of a pair take the same item (or both return)
   if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item).valid) return;
 
-  if (threadIdx.x == 0) buf.init();
+  if (threadIdx.x == 0) buf.init(kRowSums);
   // A pair: the other CTA's barriers are initialised before anything arrives on them.
   if constexpr (kPaired) ptx::cluster_sync();
   else __syncthreads();
