@@ -4,11 +4,12 @@
 // the mass) and the gate's column sums of dS. Its shape is backward.h's DkdvWideTile: the two consumers split the
 // keys for S and dP and the head dims for dV, dK and dQ.
 //
-// Warpgroup 0 produces exactly as in the narrow kernel (backward_kernel.cuh: bwd_detail::produce, stage_terms).
+// Warpgroup 0 produces exactly as in the narrow kernel (backward_kernel.cuh: bwd_detail::produce, stage_terms); where
+// the bucket stages dQ (DkdvWideTile::kStagedDq) its warp 3 adds the consumers' staged dQ (bwd_detail::write_dq).
 // A consumer's step: S and dP of its 32 keys (queries as rows, P made while dP runs), dS; once the other consumer
 // is done with the last step's P and dS, P and dS into shared memory; once both consumers' halves are in,
-// dV^T += dO^T P and dK^T += Q^T dS for its 64-dim blocks and dQ = dS K for its 64-column blocks; dK and dV leave
-// through shared memory at the end. Each consumer owns a range of blocks of each kind so that both make as many:
+// dV^T += dO^T P and dK^T += Q^T dS for its 64-dim blocks and dQ = dS K for its 64-column blocks, staged for the
+// writer warp or added by the consumer; dK and dV leave through shared memory at the end. Each consumer owns a range of blocks of each kind so that both make as many:
 // 256 / 256 halves every kind; 192 / 128 gives consumer 0 dK and dQ blocks 0-1, consumer 1 dK and dQ block 2 and dV
 // blocks 0-1. A pair (512 / 512) is two 256 / 256 CTAs on the two halves of the head dims that swap their partial S
 // and dP each step (Exchange) and make the same P and dS from the sums.
@@ -16,7 +17,8 @@
 // Shared memory (kK, kV: the CTA's head dims, a pair's half): K [kK/64][64 keys][64], V [kV/64][64 keys][64]; per
 // stage Q [kK/64][64 rows][64], dO [kV/64][64 rows][64]; P, dS [64 rows][64 keys] (per P / dS buffer); a pair's
 // exchange slots [2][consumer][S | dP][4 float4][128 threads]; the terms [stage][lse | D][64]; the row sums'
-// partials [2][consumer][E | mass][64] and the column sums' [consumer][warp][32], the gate's key terms [64]. Every
+// partials [2][consumer][E | mass][64] and the column sums' [consumer][warp][32], the gate's key terms [64]; with
+// kStagedDq the staged dQ [consumer][warp][chunk][lane] float4 and its headers [consumer][warp]. Every
 // 64-column block 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts): P and dS serve as MN-
 // major B operands of dV^T and dK^T (rows: the K dimension, the queries) and dS as the K-major A operand of dQ
 // (rows: M, the queries).
