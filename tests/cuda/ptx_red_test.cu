@@ -30,11 +30,35 @@ __global__ void red_kernel(const float* values, float* dst) {
 #endif
 }
 
+// The device's compute capability major into *major.
+void compute_major(int* major) {
+  int device = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+}
+
+// Runs kernel<<<kBlocks, kThreads>>>(values, dst) with dst holding `start` on the GPU; *got: dst afterwards.
+void run_adds(void (*kernel)(const float*, float*), const std::vector<float>& values, const std::vector<float>& start,
+              std::vector<float>* got) {
+  float* d_values = nullptr;
+  float* d_dst = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_values, values.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_dst, start.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_values, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_dst, start.data(), start.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  kernel<<<kBlocks, kThreads>>>(d_values, d_dst);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  got->resize(start.size());
+  ASSERT_EQ(cudaMemcpy(got->data(), d_dst, got->size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(d_values);
+  cudaFree(d_dst);
+}
+
 TEST(Ptx, RedAddV4F32) {
   FLASHGATE_REQUIRE_GPU();
-  int device = 0, major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  int major = 0;
+  ASSERT_NO_FATAL_FAILURE(compute_major(&major));
   if (major < 9) GTEST_SKIP() << "red.global.add.v4.f32 needs sm_90";
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -49,19 +73,8 @@ TEST(Ptx, RedAddV4F32) {
     for (int e = 0; e < W; ++e) values[W * i + e] = static_cast<float>(small(rng));
     for (int e = 0; e < W; ++e) want[W * (tid % kTargets) + e] += values[W * i + e];
   }
-  float* d_values = nullptr;
-  float* d_dst = nullptr;
-  ASSERT_EQ(cudaMalloc(&d_values, values.size() * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&d_dst, start.size() * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_values, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_dst, start.data(), start.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  red_kernel<<<kBlocks, kThreads>>>(d_values, d_dst);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> got(start.size());
-  ASSERT_EQ(cudaMemcpy(got.data(), d_dst, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  cudaFree(d_values);
-  cudaFree(d_dst);
+  std::vector<float> got;
+  ASSERT_NO_FATAL_FAILURE(run_adds(red_kernel, values, start, &got));
   for (int t = 0; t < W * kTargets; ++t) EXPECT_EQ(got[t], want[t]) << "target " << t / W << " lane " << t % W;
 }
 
@@ -89,9 +102,8 @@ __global__ void bulk_kernel(const float* values, float* dst) {
 
 TEST(Ptx, BulkAddF32) {
   FLASHGATE_REQUIRE_GPU();
-  int device = 0, major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  int major = 0;
+  ASSERT_NO_FATAL_FAILURE(compute_major(&major));
   if (major < 9) GTEST_SKIP() << "cp.reduce.async.bulk needs sm_90";
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -102,19 +114,8 @@ TEST(Ptx, BulkAddF32) {
   const std::vector<float> start = want;
   for (int b = 0; b < kBlocks; ++b)
     for (int i = 0; i < kRun; ++i) want[i] += values[b * kRun + i] = static_cast<float>(small(rng));
-  float* d_values = nullptr;
-  float* d_dst = nullptr;
-  ASSERT_EQ(cudaMalloc(&d_values, values.size() * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(&d_dst, start.size() * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_values, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_dst, start.data(), start.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
-  bulk_kernel<<<kBlocks, kThreads>>>(d_values, d_dst);
-  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  std::vector<float> got(kRun);
-  ASSERT_EQ(cudaMemcpy(got.data(), d_dst, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  cudaFree(d_values);
-  cudaFree(d_dst);
+  std::vector<float> got;
+  ASSERT_NO_FATAL_FAILURE(run_adds(bulk_kernel, values, start, &got));
   for (int i = 0; i < kRun; ++i) EXPECT_EQ(got[i], want[i]) << "float " << i;
 }
 

@@ -30,7 +30,6 @@
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/visibility.h"
 #include "cuda/hopper/backward.h"
-#include "cuda/hopper/dq_staging.cuh"
 #include "cuda/hopper/ring.h"
 #include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/mma.h"
@@ -364,29 +363,6 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
     const uint32_t n = step + w.steps - 1;
     ptx::barrier_wait(buf.turn_done(Buf::TurnRing::stage(n)), Buf::TurnRing::parity(n));
     count_dq_adds(made, Buf::kReleasers);
-  }
-}
-
-// The wide kernel's writer warp where its bucket stages dQ (DkdvWideTile::kStagedDq): per step of an item, each
-// consumer's staged dQ (dq_staging.cuh) added into dq_acc, consumer 0's first; in deterministic mode in the turn the
-// turn warp hands over, complete before the one arrival on turn_done. (The narrow kernel's consumers add their dQ
-// themselves: staged and added by the copy engine, its rows measured 3-8% slower.)
-template <class Buf>
-__device__ __forceinline__ void write_dq(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
-                                         uint32_t step) {
-  for (int it = 0; it < w.steps; ++it) {
-    const uint32_t n = step + it;
-    const int t = Buf::TurnRing::stage(n);
-    if (p.dq_order) ptx::barrier_wait(buf.turn_ready(t), Buf::TurnRing::parity(n));
-    for (int c = 0; c < 2; ++c) {
-      ptx::barrier_wait(buf.dq_full(c), Buf::DqRing::parity(n));
-      dq_staging::add_slot(buf.dq_slot(c), buf.dq_headers(c), 4);
-      ptx::barrier_arrive(buf.dq_empty(c));  // every lane (lane 0 saw the copy engine's reads done)
-    }
-    if (p.dq_order) {
-      dq_staging::finish_adds();
-      Buf::TurnRing::release(buf.turn_done(t));
-    }
   }
 }
 

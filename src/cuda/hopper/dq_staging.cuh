@@ -1,7 +1,7 @@
-// dQ's adds through shared memory (the wide dK/dV kernel's 192 / 128 bucket, sm_90a): a consumer writes a step's dQ
-// into its staging slot and goes on, and a writer warp of the producer warpgroup has the copy engine add the slot
-// into the fp32 accumulator. Issued by the consumers themselves, the vector reductions held them until the last one
-// had left their registers, once a step; the copy engine's adds run under the consumers' next step instead.
+// dQ's adds through shared memory (the wide dK/dV kernel's 192 / 128 and 256 / 256 buckets, sm_90a): a consumer writes
+// a step's dQ into its staging slot and goes on, and a writer warp of the producer warpgroup has the copy engine add
+// the slot into the fp32 accumulator. Issued by the consumers themselves, the vector reductions held them until the
+// last one had left their registers, once a step; the copy engine's adds run under the consumers' next step instead.
 //
 // A slot holds each consumer warp's part as it would go out: its 16 rows of the block are one contiguous run of
 // dq_acc (dq_acc_offset: 512-byte chunks of 16 rows x 8 columns), so chunk j of a lane is the float4 the lane adds at
@@ -54,8 +54,8 @@ __device__ __forceinline__ void add_slot(const unsigned char* slot, const Header
   if (threadIdx.x % 32 == 0) {
     for (int w = 0; w < parts; ++w) {
       const Header h = headers[w];
-      if (h.chunks > 0)
-        ptx::bulk_add_f32(h.dst, reinterpret_cast<const float*>(slot + h.offset), static_cast<uint32_t>(h.chunks) * 512);
+      const float* src = reinterpret_cast<const float*>(slot + h.offset);
+      if (h.chunks > 0) ptx::bulk_add_f32(h.dst, src, static_cast<uint32_t>(h.chunks) * 512);
     }
     ptx::bulk_commit();
     ptx::bulk_wait_read<0>();
