@@ -97,10 +97,10 @@ struct DkdvWideTile {
   static constexpr uint32_t kSumBytes = 2 * 2 * 2 * BM * 4;  // E and mass partials of both consumers, two buffers
   static constexpr uint32_t kColsumBytes = 2 * 4 * 32 * 4;   // the gate's column-sum partials per consumer warp
   static constexpr uint32_t kKeyTermBytes = BN * 4;          // the gate's key terms of the current query head
-  // The step's dQ staged for a writer warp (dq_staging.cuh: 64 rows x kCtaK fp32, and a header per consumer warp);
-  // a pair's consumers add theirs themselves (no shared memory left).
+  // The step's dQ tile staged for a writer warp (dq_staging.cuh: 64 rows x kCtaK fp32); a pair's consumers add
+  // theirs themselves (no shared memory left).
   static constexpr bool kStagedDq = kPair == 1;
-  static constexpr uint32_t kDqSlotBytes = kStagedDq ? BM * kCtaK * 4 + 2 * 4 * 16 : 0;
+  static constexpr uint32_t kDqSlotBytes = kStagedDq ? BM * kCtaK * 4 : 0;
   // A pair's partial S and dP from the other CTA: two slots (by step parity) of [consumer][S | dP][BM x BN / 2] fp32.
   static constexpr uint32_t kExchangeBytes = kPair == 2 ? 2 * 2 * 2 * (BM * BN / 2) * 4 : 0;
   static constexpr size_t bytes_with(int pds_buffers) {

@@ -381,9 +381,9 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
   }
 }
 
-// The writer warp: per step of an item, the staged dQ tile's rows in the sequence added into dq_acc by one bulk
-// reduction (dq_staging.cuh); in deterministic mode in the turn the turn warp hands over, complete before the one
-// arrival on turn_done (the slot is handed back as soon as it is read).
+// The writer warp (both dK/dV kernels): per step of an item, the staged dQ tile's rows in the sequence added into
+// dq_acc by one bulk reduction (dq_staging.cuh); in deterministic mode in the turn the turn warp hands over, complete
+// before the one arrival on turn_done (the slot is handed back as soon as it is read). `step` counts the CTA's steps.
 template <class Buf>
 __device__ __forceinline__ void write_dq(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                          uint32_t step) {
