@@ -41,9 +41,6 @@ struct DkdvTile {
   template <bool kRowSums>
   static constexpr int kConsumerRegs = kD == 64 && kRowSums ? 240 : 232;
   static constexpr bool kDqSplitsColumns = kD >= 128;  // else it splits the step's rows
-  // Consumer c's dQ block: its first row in the step and first column.
-  static constexpr int dq_row0(int c) { return kDqSplitsColumns ? 0 : 64 * c; }
-  static constexpr int dq_col0(int c) { return kDqSplitsColumns ? 64 * c : 0; }
   static constexpr int kKBlocks = kBlocks, kVBlocks = kBlocks;
   static constexpr uint32_t kKBytes = BN * kD * 2, kQBytes = BM * kD * 2, kDsBytes = BN * BM * 2;
   static constexpr uint32_t kVBytes = kKBytes, kDoBytes = kQBytes;
@@ -103,10 +100,6 @@ struct DkdvWideTile {
   // The step's dQ tile staged for a writer warp (dq_staging.cuh: 64 rows x kCtaK fp32); a pair's consumers add
   // theirs themselves (no shared memory left).
   static constexpr bool kStagedDq = kPair == 1;
-  // Consumer c's 64-column blocks of dK^T and dQ: 256 / 256 halves them, 192 / 128 gives consumer 0 blocks 0-1 and
-  // consumer 1 block 2.
-  static constexpr int dk_first(int c) { return kK == kV ? 2 * c : c == 0 ? 0 : 2; }
-  static constexpr int dk_count(int c) { return kK == kV || c == 0 ? 2 : 1; }
   static constexpr uint32_t kDqSlotBytes = kStagedDq ? BM * kCtaK * 4 : 0;
   // A pair's partial S and dP from the other CTA: two slots (by step parity) of [consumer][S | dP][BM x BN / 2] fp32.
   static constexpr uint32_t kExchangeBytes = kPair == 2 ? 2 * 2 * 2 * (BM * BN / 2) * 4 : 0;

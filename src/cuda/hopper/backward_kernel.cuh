@@ -215,19 +215,15 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
   // turn_done when the writer warp's adds there are complete (and with the row sums, every consumer warp added E and
   // the mass).
   using TurnRing = Ring<2>;
-  // The step's staged dQ tile: dq_full(c) when consumer c's 128 threads wrote their part, dq_empty when the writer's
-  // copy engine read the tile.
+  // The step's staged dQ tile: dq_full when both consumers' 256 threads wrote it, dq_empty when the writer's copy
+  // engine read it.
   using DqRing = Ring<1>;
 
-  // then per buffer ds_full, ds_empty, per turn stage turn_ready, turn_done, then dq_full[2], dq_empty
+  // then per buffer ds_full, ds_empty, per turn stage turn_ready, turn_done, then dq_full, dq_empty
   using Bars = StepBarriers<kS>;
   unsigned char* base;
   int* item;  // the number of the item in the K / V stage, -1 once there is none
-  static constexpr int kBarriers = Bars::kCount + 2 * 2 + 2 * 2 + 3;
-  // Consumer c's part of the staged dQ tile: its 64 x 64 block (Tile::dq_row0, dq_col0).
-  __device__ __forceinline__ static dq_staging::Part dq_part(int c) {
-    return {Tile::dq_row0(c) / 16, 4, Tile::dq_col0(c) / 8, 8};
-  }
+  static constexpr int kBarriers = Bars::kCount + 2 * 2 + 2 * 2 + 2;
 
   template <class T>
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
@@ -261,8 +257,8 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
   __device__ __forceinline__ uint64_t* ds_empty(int b) const { return this->bars + Bars::kCount + 2 + b; }
   __device__ __forceinline__ uint64_t* turn_ready(int t) const { return this->bars + Bars::kCount + 4 + t; }
   __device__ __forceinline__ uint64_t* turn_done(int t) const { return this->bars + Bars::kCount + 6 + t; }
-  __device__ __forceinline__ uint64_t* dq_full(int c) const { return this->bars + Bars::kCount + 8 + c; }
-  __device__ __forceinline__ uint64_t* dq_empty() const { return this->bars + Bars::kCount + 10; }
+  __device__ __forceinline__ uint64_t* dq_full() const { return this->bars + Bars::kCount + 8; }
+  __device__ __forceinline__ uint64_t* dq_empty() const { return this->bars + Bars::kCount + 9; }
 
   // deterministic: the CTA has a turn warp; row_sums: the consumers add E and the mass in the turns.
   __device__ __forceinline__ void init(bool deterministic, bool row_sums) const {
@@ -270,7 +266,7 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
     ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers + (deterministic ? 3 : 2));
     for (int t = 0; t < 2; ++t)
       ptx::barrier_init(turn_ready(t), 1), ptx::barrier_init(turn_done(t), 1 + (row_sums ? kReleasers : 0));
-    ptx::barrier_init(dq_full(0), 128), ptx::barrier_init(dq_full(1), 128), ptx::barrier_init(dq_empty(), 1);
+    ptx::barrier_init(dq_full(), 2 * 128), ptx::barrier_init(dq_empty(), 1);
     for (int s = 0; s < kS; ++s) {
       ptx::barrier_init(q_full(s), 1), ptx::barrier_init(q_empty(s), kReleasers);
       ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
@@ -396,14 +392,12 @@ __device__ __forceinline__ void write_dq(const bwd::BackwardParams& p, const Buf
     const Step st = step_of<Tile::BM>(p, w, it);
     const uint32_t n = step + it;
     const int t = Buf::TurnRing::stage(n);
+    const int groups = max(0, min(Tile::BM, w.seq.len - st.i0) + 15) / 16;
     const int64_t row0 = bwd::dq_row(p.a, w.seq.batch, st.h, w.seq_index, w.seq.start);
     float* dst = p.dq_acc + bwd::dq_acc_offset(row0, st.i0, 0, p.K16);
     if (p.dq_order) ptx::barrier_wait(buf.turn_ready(t), Buf::TurnRing::parity(n));
-    for (int c = 0; c < 2; ++c) {  // each consumer's part as soon as it is in
-      ptx::barrier_wait(buf.dq_full(c), Buf::DqRing::parity(n));
-      dq_staging::add_part(dst, buf.dq_slot(), Buf::dq_part(c), w.seq.len - st.i0, p.K16 / 8);
-    }
-    dq_staging::wait_read();
+    ptx::barrier_wait(buf.dq_full(), Buf::DqRing::parity(n));
+    dq_staging::add_run(dst, buf.dq_slot(), static_cast<uint32_t>(groups * (p.K16 / 8)) * 512);
     Buf::DqRing::release(buf.dq_empty());  // the slot is free once read, the turn is counted once the adds are done
     if (p.dq_order) {
       dq_staging::finish_adds();
@@ -607,8 +601,8 @@ class Consumer {
   }
 
   // This consumer's dQ block (backward.h): its first row in the step and first column.
-  __device__ __forceinline__ int dq_row0() const { return Tile::dq_row0(me_); }
-  __device__ __forceinline__ int dq_col0() const { return Tile::dq_col0(me_); }
+  __device__ __forceinline__ int dq_row0() const { return Tile::kDqSplitsColumns ? 0 : 64 * me_; }
+  __device__ __forceinline__ int dq_col0() const { return Tile::kDqSplitsColumns ? 64 * me_ : 0; }
 
   // dQ = dS K for this consumer's block over all BN keys: dS read transposed from dS^T's 64-column block of its
   // rows, K transposed from the TMA layout's 64-column block of its columns.
@@ -626,9 +620,8 @@ class Consumer {
   // n - 1's; then this thread's arrival on dq_full.
   __device__ __forceinline__ void stage_dq(const float (&dq)[kDq], const Buffers<kD>& buf, uint32_t n) const {
     Buffers<kD>::DqRing::wait_free(buf.dq_empty(), n);
-    const dq_staging::Part part = Buffers<kD>::dq_part(me_);
-    dq_staging::write_group(dq, buf.dq_slot(), part.group0 + warp_, part.chunk0, p_.K16 / 8);
-    ptx::barrier_arrive(buf.dq_full(me_));
+    dq_staging::write_group(dq, buf.dq_slot(), dq_row0() / 16 + warp_, dq_col0() / 8, p_.K16 / 8);
+    ptx::barrier_arrive(buf.dq_full());
   }
 
   // One accumulator's rows (this thread's keys g and g + 8 of its warp's 16), times `factor`, into the staging rows:

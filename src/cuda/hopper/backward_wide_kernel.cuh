@@ -50,12 +50,12 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   // turn_done when the warps that add (the writer warp where dQ is staged, else every consumer warp) made their adds
   // there (bwd_detail::take_turns).
   using TurnRing = Ring<2>;
-  // Tile::kStagedDq: the step's staged dQ tile (dq_staging.cuh), dq_full(c) when consumer c's 128 threads wrote their
-  // part, dq_empty when the writer's copy engine read the tile.
+  // Tile::kStagedDq: the step's staged dQ tile (dq_staging.cuh), dq_full when both consumers' 256 threads wrote it,
+  // dq_empty when the writer's copy engine read it.
   using DqRing = Ring<1>;
 
   // then met; a pair: do_full, do_empty, xch_full[2][2][2], xch_empty[2][2]; then turn_ready[2], turn_done[2],
-  // dq_full[2], dq_empty
+  // dq_full, dq_empty
   using Bars = bwd_detail::StepBarriers<kS>;
   unsigned char* base;
   static constexpr bool kMeets = kK != kV;  // the consumers run copies of their code of their own (Consumer's kMe)
@@ -64,11 +64,7 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   // is made, before Q.
   static constexpr bool kDoApart = Tile::kStages == 1;
   static constexpr int kTurnBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kDoApart ? 2 : 0) + (kPaired ? 12 : 0);
-  static constexpr int kBarriers = kTurnBarriers + 2 * 2 + 3;
-  // Consumer c's part of the staged dQ tile: the step's 64 rows, the chunks of its dQ column blocks.
-  __device__ __forceinline__ static dq_staging::Part dq_part(int c) {
-    return {0, 4, 8 * Tile::dk_first(c), 8 * Tile::dk_count(c)};
-  }
+  static constexpr int kBarriers = kTurnBarriers + 2 * 2 + 2;
   // One consumer's exchange slot: its S and dP partials, [S | dP][kKeys / 8 float4 a thread][128 threads].
   static constexpr uint32_t kSlotBytes = Tile::kExchangeBytes / 4;
   using ExchangeRing = Ring<2>;
@@ -129,8 +125,8 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   __device__ __forceinline__ uint64_t* xch_empty(int slot, int c) const { return do_full() + 10 + 2 * slot + c; }
   __device__ __forceinline__ uint64_t* turn_ready(int t) const { return this->bars + kTurnBarriers + t; }
   __device__ __forceinline__ uint64_t* turn_done(int t) const { return this->bars + kTurnBarriers + 2 + t; }
-  __device__ __forceinline__ uint64_t* dq_full(int c) const { return this->bars + kTurnBarriers + 4 + c; }
-  __device__ __forceinline__ uint64_t* dq_empty() const { return this->bars + kTurnBarriers + 6; }
+  __device__ __forceinline__ uint64_t* dq_full() const { return this->bars + kTurnBarriers + 4; }
+  __device__ __forceinline__ uint64_t* dq_empty() const { return this->bars + kTurnBarriers + 5; }
 
   // row_sums: with a staged dQ the consumers still add the row sums themselves, in deterministic mode in the turns.
   __device__ __forceinline__ void init(bool row_sums) const {
@@ -143,7 +139,7 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
     for (int t = 0; t < 2; ++t)
       ptx::barrier_init(turn_ready(t), 1),
           ptx::barrier_init(turn_done(t), Tile::kStagedDq ? 1 + (row_sums ? kReleasers : 0) : kReleasers);
-    ptx::barrier_init(dq_full(0), 128), ptx::barrier_init(dq_full(1), 128), ptx::barrier_init(dq_empty(), 1);
+    ptx::barrier_init(dq_full(), 2 * 128), ptx::barrier_init(dq_empty(), 1);
     if (kDoApart) ptx::barrier_init(do_full(), 1), ptx::barrier_init(do_empty(), kReleasers);
     if (kPaired) {
       for (int slot = 0; slot < 2; ++slot)
@@ -231,7 +227,7 @@ class Consumer {
   static_assert(kSquare || kMe == 0 || kMe == 1, "192 / 128 gives the consumers different blocks");
   using Scale = PScale<T, kRowSums>;  // P's factor (element.h) where a sink can come: with the row sums
   // Counts of this consumer's blocks: dK^T rows (= dQ columns) and dV^T rows.
-  static constexpr int kDkCount = Tile::dk_count(kMe == kEitherConsumer ? 0 : kMe), kDvCount = kSquare ? 2 : kMe == 0 ? 0 : 2;
+  static constexpr int kDkCount = kSquare ? 2 : kMe == 0 ? 2 : 1, kDvCount = kSquare ? 2 : kMe == 0 ? 0 : 2;
   static_assert(2 * kDkCount + kDvCount == (2 * Tile::kKBlocks + Tile::kVBlocks) / 2,
                 "both consumers make as many blocks");
 
@@ -253,7 +249,7 @@ class Consumer {
 
   // The first of this consumer's blocks: 256 / 256 halves every kind; 192 / 128 gives consumer 0 dK^T (and dQ) blocks
   // 0-1, consumer 1 dK^T block 2 and dV^T blocks 0-1.
-  __device__ __forceinline__ int dk_first() const { return Tile::dk_first(me_); }
+  __device__ __forceinline__ int dk_first() const { return kSquare ? 2 * me_ : me_ == 0 ? 0 : 2; }
   __device__ __forceinline__ int dv_first() const { return kSquare ? 2 * me_ : 0; }
 
   // kRowSums: this consumer's keys' terms Gc_key log2 e for query head h (0 without a gate; a slice pair's relative
@@ -442,7 +438,7 @@ class Consumer {
   __device__ __forceinline__ void stage_dq(const float (&dq)[kDqAcc], const Buf& buf, int it) const {
     Buf::DqRing::wait_free(buf.dq_empty(), it);
     dq_staging::write_group(dq, buf.dq_slot(), warp_, 8 * dk_first(), p_.K16 / 8);
-    ptx::barrier_arrive(buf.dq_full(me_));
+    ptx::barrier_arrive(buf.dq_full());
   }
 
   __device__ __forceinline__ void hold_kv() {

@@ -32,33 +32,12 @@ __device__ __forceinline__ void write_group(const float (&dq)[kFloats], unsigned
   ptx::fence_async_shared();
 }
 
-// A consumer's part of the tile: its 16-row groups and, in each, its 512-byte chunks.
-struct Part {
-  int group0, groups, chunk0, chunks;
-};
-
-// The writer warp's lane 0: a consumer's part of the slot, its rows before `rows` (the step's rows in the sequence)
-// and its chunks before `width` (the tile's chunks a group), added into the tile at dst by bulk reductions: one a
-// group, or one for the part where it spans whole groups.
-__device__ __forceinline__ void add_part(float* dst, const unsigned char* slot, Part part, int rows, int width) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (threadIdx.x % 32 != 0) return;
-  const int group_end = min(part.group0 + part.groups, (rows + 15) / 16);
-  const int chunk_end = min(part.chunk0 + part.chunks, width);
-  if (group_end <= part.group0 || chunk_end <= part.chunk0) return;
-  const bool whole = part.chunk0 == 0 && chunk_end == width;
-  for (int g = part.group0; g < group_end; g = whole ? group_end : g + 1) {
-    const uint32_t at = static_cast<uint32_t>(g * width + part.chunk0) * 512;
-    const uint32_t bytes = static_cast<uint32_t>((whole ? group_end - g : 1) * (chunk_end - part.chunk0)) * 512;
-    ptx::bulk_add_f32(dst + at / 4, reinterpret_cast<const float*>(slot + at), bytes);
-  }
-#endif
-}
-
-// The writer warp, once its parts are issued: goes on when the copy engine has read them.
-__device__ __forceinline__ void wait_read() {
+// The writer warp: the first `bytes` of the slot added at dst by one bulk reduction from lane 0; the warp
+// goes on once the copy engine has read them.
+__device__ __forceinline__ void add_run(float* dst, const unsigned char* slot, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (threadIdx.x % 32 == 0) {
+    if (bytes > 0) ptx::bulk_add_f32(dst, reinterpret_cast<const float*>(slot), bytes);
     ptx::bulk_commit();
     ptx::bulk_wait_read<0>();
   }
