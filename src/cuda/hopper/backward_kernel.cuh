@@ -785,6 +785,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     const auto finish_dq_of = [&](int it, const float (&dq)[64 / 2]) {  // once its wgmma group is done
       const uint32_t n = step + it;
       const int b = Buffers::DsRing::stage(n);
+      c.stage_dq(dq, buf, n);  // first: the writer's turn needs it staged, the consumers' turn does not
       if constexpr (kRowSums) {
         const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
         const int t = Buffers::TurnRing::stage(n);
@@ -793,7 +794,6 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         if (p.b.dq_order) Buffers::TurnRing::release(buf.turn_done(t));
       }
       ptx::barrier_arrive(buf.ds_empty(b));
-      c.stage_dq(dq, buf, n);
     };
     for (int it = 0; it < w.steps; ++it) {
       const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
