@@ -27,8 +27,9 @@ struct DkdvParams {
 // warpgroups of 64 keys each keep their dK and dV in registers while the CTA walks the query tiles (BM rows: 128 at
 // kD 64, 64 at kD 128) of every query head of the group that see its keys. Per step: S^T = K Q^T and dP^T = V dO^T
 // from shared memory, P^T and dS^T in registers as the A operands of dV += P^T dO and dK += dS^T Q, dS^T through
-// shared memory into dQ = dS K, added to the fp32 accumulator. Each consumer makes one 64 x 64 block of the step's
-// dQ over all 128 keys: at kD 128 the head dim's 64-column half `me` of the 64 rows, at kD 64 the 64 rows `me`.
+// shared memory into dQ = dS K, staged in shared memory and added to the fp32 accumulator by a writer warp. Each
+// consumer makes one 64 x 64 block of the step's dQ over all 128 keys: at kD 128 the head dim's 64-column half `me`
+// of the 64 rows, at kD 64 the 64 rows `me`.
 template <int kD>
 struct DkdvTile {
   static constexpr int BN = 128, BM = kD == 64 ? 128 : 64, kStages = 2, kBlocks = kD / 64;
@@ -47,13 +48,16 @@ struct DkdvTile {
   static constexpr int kTermRows = 3;
   static constexpr uint32_t kTermBytes = kTermRows * BM * 4;
   static constexpr uint32_t kSumBytes = 2 * 2 * 8 * BM * 4;  // E and mass partials per consumer warp, two buffers
-  // dK, then dV, leave through staging rows (a consumer's 64 keys, padded by 16 bytes against bank conflicts) as
-  // whole 16-byte pieces of rows.
-  static constexpr uint32_t kOutPitch = kD * 2 + 16, kOutBytes = 64 * kOutPitch;
+  // The step's dQ tile staged for the writer warp (dq_staging.cuh's whole-tile form): BM x kD fp32.
+  static constexpr uint32_t kDqSlotBytes = BM * kD * 4;
+  // dK, then dV, leave through staging rows of kD * 2 bytes (a consumer's 64 keys, their 16-byte pieces swizzled
+  // against bank conflicts) in the dQ slot, which is free once the writer has read the item's last dQ.
+  static constexpr uint32_t kOutRowBytes = kD * 2;
   static constexpr size_t smem_bytes() {
-    return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kDsBytes + kStages * kTermBytes + kSumBytes + 2 * kOutBytes +
+    return 2 * kKBytes + kStages * 2 * kQBytes + 2 * kDsBytes + kStages * kTermBytes + kSumBytes + kDqSlotBytes +
            1024;
   }
+  static_assert(2 * 64 * kOutRowBytes <= kDqSlotBytes, "both consumers' staging rows fit the dQ slot");
   static_assert(kD == 64 || kD == 128, "head dims of the Hopper backward");
   static_assert(register_split_fits(3, kProducerRegs<true>, kConsumerRegs<true>) &&
                     register_split_fits(3, kProducerRegs<false>, kConsumerRegs<false>),
@@ -93,10 +97,10 @@ struct DkdvWideTile {
   static constexpr uint32_t kSumBytes = 2 * 2 * 2 * BM * 4;  // E and mass partials of both consumers, two buffers
   static constexpr uint32_t kColsumBytes = 2 * 4 * 32 * 4;   // the gate's column-sum partials per consumer warp
   static constexpr uint32_t kKeyTermBytes = BN * 4;          // the gate's key terms of the current query head
-  // The step's dQ staged for a writer warp (dq_staging.cuh: 64 rows x kCtaK fp32, and a header per consumer warp);
-  // a pair's consumers add theirs themselves (no shared memory left).
+  // The step's dQ tile staged for a writer warp (dq_staging.cuh: 64 rows x kCtaK fp32); a pair's consumers add
+  // theirs themselves (no shared memory left).
   static constexpr bool kStagedDq = kPair == 1;
-  static constexpr uint32_t kDqSlotBytes = kStagedDq ? BM * kCtaK * 4 + 2 * 4 * 16 : 0;
+  static constexpr uint32_t kDqSlotBytes = kStagedDq ? BM * kCtaK * 4 : 0;
   // A pair's partial S and dP from the other CTA: two slots (by step parity) of [consumer][S | dP][BM x BN / 2] fp32.
   static constexpr uint32_t kExchangeBytes = kPair == 2 ? 2 * 2 * 2 * (BM * BN / 2) * 4 : 0;
   static constexpr size_t bytes_with(int pds_buffers) {

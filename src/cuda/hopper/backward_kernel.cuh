@@ -5,12 +5,15 @@
 //
 // Warpgroup 0 produces: one elected lane loads K and V once and streams each step's Q and dO tiles through a
 // two-stage ring with TMA; a second warp stages the step's row terms ((lse - Gc) in the log2 domain, +inf where a
-// row takes no probability; D) into a ring beside them. Warpgroups 1 and 2 consume, 64 keys each. A consumer's
-// step: S^T and dP^T (P made while dP^T runs), dS^T, dV and dK issued, then the previous step's dQ block from both
-// consumers' dS^T: the one-step lag lets the consumers drift apart, so one's softmax work overlaps the other's MMAs.
+// row takes no probability; D) into a ring beside them; a third (the writer) has the copy engine add each step's
+// staged dQ tile into the accumulator. Warpgroups 1 and 2 consume, 64 keys each. A consumer's step: S^T and dP^T (P
+// made while dP^T runs), dS^T; dV issued, then the previous step's dQ block from both consumers' dS^T, then dK; the
+// dQ block is staged while dK runs. The one-step lag lets the consumers drift apart, so one's softmax work overlaps
+// the other's MMAs.
 //
 // Shared memory: K, V [kD/64][128 keys][64]; per stage Q, dO [kD/64][BM rows][64]; dS^T [2][BM/64][128 keys][64];
-// the terms [stage][lse | D | sink weight][BM]; with kRowSums the E and mass partials [2][E | mass][warp][BM].
+// the terms [stage][lse | D | sink weight][BM]; with kRowSums the E and mass partials [2][E | mass][warp][BM]; the
+// staged dQ tile [16-row group][chunk][lane] float4 (dq_staging.cuh), which the dK / dV staging rows reuse.
 // Every 64-column block is 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts); the
 // consumers write dS^T in that same swizzle.
 #pragma once
@@ -30,10 +33,10 @@
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/visibility.h"
 #include "cuda/hopper/backward.h"
+#include "cuda/hopper/dq_staging.cuh"
 #include "cuda/hopper/ring.h"
 #include "cuda/ptx/fast_math.h"
 #include "cuda/ptx/mma.h"
-#include "cuda/ptx/red.h"
 #include "cuda/ptx/tma.h"
 #include "cuda/ptx/warpgroup.h"
 #include "cuda/ptx/wgmma.h"
@@ -209,13 +212,18 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
   // and the term warp (and in deterministic mode the turn warp) has read the number.
   using KvRing = Ring<1>;
   // Deterministic mode, per step: turn_ready when the turn warp saw every earlier add to the step's dQ rows counted,
-  // turn_done when every consumer warp made its adds there.
+  // turn_done when the writer warp's adds there are complete (and with the row sums, every consumer warp added E and
+  // the mass).
   using TurnRing = Ring<2>;
+  // The step's staged dQ tile: dq_full when both consumers' 256 threads wrote it, dq_empty when the writer's copy
+  // engine read it.
+  using DqRing = Ring<1>;
 
-  using Bars = StepBarriers<kS>;  // then per buffer ds_full, ds_empty, then per turn stage turn_ready, turn_done
+  // then per buffer ds_full, ds_empty, per turn stage turn_ready, turn_done, then dq_full, dq_empty
+  using Bars = StepBarriers<kS>;
   unsigned char* base;
   int* item;  // the number of the item in the K / V stage, -1 once there is none
-  static constexpr int kBarriers = Bars::kCount + 2 * 2 + 2 * 2;
+  static constexpr int kBarriers = Bars::kCount + 2 * 2 + 2 * 2 + 2;
 
   template <class T>
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
@@ -238,20 +246,27 @@ struct Buffers : Ring<DkdvTile<kD>::kStages>, StepBarriers<DkdvTile<kD>::kStages
   }
   // The consumer warps' partial E and mass of a step's queries, [buffer][E | mass][8 warps][BM].
   __device__ __forceinline__ float* sums(int buffer) const { return terms(kS) + buffer * 2 * 8 * Tile::BM; }
-  // Consumer c's staging rows for its dK and dV.
-  __device__ __forceinline__ unsigned char* out(int c) const {
-    return reinterpret_cast<unsigned char*>(sums(2)) + c * Tile::kOutBytes;
+  // The staged dQ tile (16-byte aligned for the copy engine).
+  __device__ __forceinline__ unsigned char* dq_slot() const { return reinterpret_cast<unsigned char*>(sums(2)); }
+  // Consumer c's staging row r for its dK and dV, in the dQ slot.
+  __device__ __forceinline__ unsigned char* out_row(int c, int r) const {
+    return dq_slot() + (64 * c + r) * Tile::kOutRowBytes;
   }
   using Bars::kv_full, Bars::kv_empty, Bars::q_full, Bars::q_empty, Bars::t_full, Bars::t_empty;
   __device__ __forceinline__ uint64_t* ds_full(int b) const { return this->bars + Bars::kCount + b; }
   __device__ __forceinline__ uint64_t* ds_empty(int b) const { return this->bars + Bars::kCount + 2 + b; }
   __device__ __forceinline__ uint64_t* turn_ready(int t) const { return this->bars + Bars::kCount + 4 + t; }
   __device__ __forceinline__ uint64_t* turn_done(int t) const { return this->bars + Bars::kCount + 6 + t; }
+  __device__ __forceinline__ uint64_t* dq_full() const { return this->bars + Bars::kCount + 8; }
+  __device__ __forceinline__ uint64_t* dq_empty() const { return this->bars + Bars::kCount + 9; }
 
-  // deterministic: the CTA has a turn warp.
-  __device__ __forceinline__ void init(bool deterministic) const {
-    ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers + (deterministic ? 2 : 1));
-    for (int t = 0; t < 2; ++t) ptx::barrier_init(turn_ready(t), 1), ptx::barrier_init(turn_done(t), kReleasers);
+  // deterministic: the CTA has a turn warp; row_sums: the consumers add E and the mass in the turns.
+  __device__ __forceinline__ void init(bool deterministic, bool row_sums) const {
+    // The item's number is read by the term warp, the writer and in deterministic mode the turn warp.
+    ptx::barrier_init(kv_full(), 1), ptx::barrier_init(kv_empty(), kReleasers + (deterministic ? 3 : 2));
+    for (int t = 0; t < 2; ++t)
+      ptx::barrier_init(turn_ready(t), 1), ptx::barrier_init(turn_done(t), 1 + (row_sums ? kReleasers : 0));
+    ptx::barrier_init(dq_full(), 2 * 128), ptx::barrier_init(dq_empty(), 1);
     for (int s = 0; s < kS; ++s) {
       ptx::barrier_init(q_full(s), 1), ptx::barrier_init(q_empty(s), kReleasers);
       ptx::barrier_init(t_full(s), 32), ptx::barrier_init(t_empty(s), 128 * 2);
@@ -334,12 +349,12 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
 }
 
 // Deterministic mode's turn warp: per step of an item, in the consumers' order, it waits until every later key tile
-// counted its adds to the step's dQ rows (lane 0 polls, then reads with acquire), hands the turn to the consumers
-// (turn_ready), and once their eight warps made their adds (turn_done) counts them for the tiles waiting after this
-// one (release). The consumers' adds are ordered after the acquire and before the release through the two barriers,
-// so the waits and the round trips to L2 fall on this warp while the consumers go on. A step's count goes out before
-// the warp waits for the next step's turn.
-// tile_adds: the counts a key tile makes at a row block (every consumer warp of its CTAs).
+// counted its adds to the step's dQ rows (lane 0 polls, then reads with acquire), hands the turn to the writer warp
+// (and with the row sums the consumers) (turn_ready), and once they made their adds (turn_done) counts them for the
+// tiles waiting after this one (release). The adds are ordered after the acquire and before the release through the
+// two barriers, so the waits and the round trips to L2 fall on this warp while the consumers go on. A step's count
+// goes out before the warp waits for the next step's turn.
+// tile_adds: the count a key tile makes at a row block (a fixed number a step: kReleasers per CTA).
 template <class Buf>
 __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                            uint32_t step, int tile_adds) {
@@ -363,6 +378,31 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
     const uint32_t n = step + w.steps - 1;
     ptx::barrier_wait(buf.turn_done(Buf::TurnRing::stage(n)), Buf::TurnRing::parity(n));
     count_dq_adds(made, Buf::kReleasers);
+  }
+}
+
+// The writer warp (both dK/dV kernels): per step of an item, the staged dQ tile's rows in the sequence added into
+// dq_acc by one bulk reduction (dq_staging.cuh); in deterministic mode in the turn the turn warp hands over, complete
+// before the one arrival on turn_done (the slot is handed back as soon as it is read). `step` counts the CTA's steps.
+template <class Buf>
+__device__ __forceinline__ void write_dq(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
+                                         uint32_t step) {
+  using Tile = typename Buf::Tile;
+  for (int it = 0; it < w.steps; ++it) {
+    const Step st = step_of<Tile::BM>(p, w, it);
+    const uint32_t n = step + it;
+    const int t = Buf::TurnRing::stage(n);
+    const int groups = max(0, min(Tile::BM, w.seq.len - st.i0) + 15) / 16;
+    const int64_t row0 = bwd::dq_row(p.a, w.seq.batch, st.h, w.seq_index, w.seq.start);
+    float* dst = p.dq_acc + bwd::dq_acc_offset(row0, st.i0, 0, p.K16);
+    if (p.dq_order) ptx::barrier_wait(buf.turn_ready(t), Buf::TurnRing::parity(n));
+    ptx::barrier_wait(buf.dq_full(), Buf::DqRing::parity(n));
+    dq_staging::add_run(dst, buf.dq_slot(), static_cast<uint32_t>(groups * (p.K16 / 8)) * 512);
+    Buf::DqRing::release(buf.dq_empty());  // the slot is free once read, the turn is counted once the adds are done
+    if (p.dq_order) {
+      dq_staging::finish_adds();
+      Buf::TurnRing::release(buf.turn_done(t));
+    }
   }
 }
 
@@ -545,11 +585,15 @@ class Consumer {
     ptx::fence_async_shared();
   }
 
-  // dV += P^T dO and dK += dS^T Q (dO and Q read transposed from their TMA layout), as one wgmma group.
-  __device__ __forceinline__ void issue_kv(const Operand& pt, const Operand& dst, const Buffers<kD>& buf, int stage) {
+  // dV += P^T dO (dO read transposed from its TMA layout), as one wgmma group.
+  __device__ __forceinline__ void issue_dv(const Operand& pt, const Buffers<kD>& buf, int stage) {
 #pragma unroll
     for (int t = 0; t < BM / 16; ++t)
       ptx::Wgmma<T, kD, 1>::rs(dv_, pt[t], ptx::mn_major_descriptor(buf.template dout<T>(stage), BM, t), true);
+    ptx::wgmma_commit();
+  }
+  // dK += dS^T Q (Q read transposed), as one wgmma group.
+  __device__ __forceinline__ void issue_dk(const Operand& dst, const Buffers<kD>& buf, int stage) {
 #pragma unroll
     for (int t = 0; t < BM / 16; ++t)
       ptx::Wgmma<T, kD, 1>::rs(dk_, dst[t], ptx::mn_major_descriptor(buf.template q<T>(stage), BM, t), true);
@@ -572,37 +616,31 @@ class Consumer {
     ptx::wgmma_commit();
   }
 
-  // Adds the dQ block (rows as the accumulator's warp rows) into dq_acc's fragment order.
-  __device__ __forceinline__ void add_dq(const float (&dq)[kDq], int64_t h, int i0) const {
-    const AttentionParams& a = p_.a;
-    const int i_first = i0 + dq_row0() + 16 * warp_, col0 = dq_col0();
-    if (i_first >= w_.seq.len) return;
-    const int64_t row0 = bwd::dq_row(a, w_.seq.batch, h, w_.seq_index, w_.seq.start);
-    float* at = p_.dq_acc + bwd::dq_acc_offset(row0, i_first, col0, p_.K16) + 4 * lane_;
-#pragma unroll
-    for (int j = 0; j < 64 / 8; ++j) {
-      if (col0 + 8 * j >= p_.K16) break;
-#if FG_HOPPER_BWD_BODY
-      ptx::red_add_v4_f32(at + j * 128, make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]));
-#endif
-    }
+  // Step n's dQ block (rows as the accumulator's warp rows) into the staged tile, once the writer has read step
+  // n - 1's; then this thread's arrival on dq_full.
+  __device__ __forceinline__ void stage_dq(const float (&dq)[kDq], const Buffers<kD>& buf, uint32_t n) const {
+    Buffers<kD>::DqRing::wait_free(buf.dq_empty(), n);
+    dq_staging::write_group(dq, buf.dq_slot(), dq_row0() / 16 + warp_, dq_col0() / 8, p_.K16 / 8);
+    ptx::barrier_arrive(buf.dq_full());
   }
 
-  // One accumulator's rows (this thread's keys g and g + 8 of its warp's 16), times `factor`, into the staging rows.
-  __device__ __forceinline__ void stage_rows(const float (&acc)[kAcc], float factor, unsigned char* stage) const {
+  // One accumulator's rows (this thread's keys g and g + 8 of its warp's 16), times `factor`, into the staging rows:
+  // 16-byte piece j of row r at piece j ^ (r % 8), so that the eight rows of a store hit different banks.
+  __device__ __forceinline__ void stage_rows(const float (&acc)[kAcc], float factor, const Buffers<kD>& buf) const {
     const int g = lane_ / 4, c = lane_ % 4;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      unsigned char* row = stage + (16 * warp_ + g + 8 * half) * Tile::kOutPitch + 4 * c;
+      const int r = 16 * warp_ + g + 8 * half;
+      unsigned char* row = buf.out_row(me_, r) + 4 * c;
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j)
-        *reinterpret_cast<uint32_t*>(row + 16 * j) =
+        *reinterpret_cast<uint32_t*>(row + 16 * (j ^ (r % 8))) =
             ptx::pack2<T>(acc[4 * j + 2 * half] * factor, acc[4 * j + 2 * half + 1] * factor);
     }
   }
 
   // The staged rows of the keys in the sequence to `out` ([B][T][H][width]), the first `width` columns.
-  __device__ __forceinline__ void copy_rows(const TokenHeadTensor& out, int width, const unsigned char* stage) const {
+  __device__ __forceinline__ void copy_rows(const TokenHeadTensor& out, int width, const Buffers<kD>& buf) const {
     constexpr int kChunks = kD / 8, kKeyStep = 128 / kChunks;  // a thread keeps one 16-byte column of the rows
     const int t = ptx::warpgroup_thread(), chunk = t % kChunks, first = t / kChunks;
     if (8 * chunk >= width) return;
@@ -611,7 +649,7 @@ class Consumer {
     const int64_t step = out.token_stride * kKeyStep;
 #pragma unroll 1
     for (int key = first; key < min(keys, 64); key += kKeyStep, dst += step)
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(stage + key * Tile::kOutPitch + 16 * chunk);
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(buf.out_row(me_, key) + 16 * (chunk ^ (key % 8)));
   }
 
   __device__ __forceinline__ void hold_kv() {
@@ -619,19 +657,22 @@ class Consumer {
     ptx::wgmma_hold(dv_);
   }
 
-  // dK (times scale), then dV, of this consumer's keys: each written into the staging rows `stage` and stored from
-  // there by the warpgroup in 16-byte pieces of rows (the fragments' own 4-byte pieces wrote half sectors).
-  __device__ __forceinline__ void store(unsigned char* stage) const {
+  // dK (times scale), then dV, of this consumer's keys: each written into the staging rows and stored from there by
+  // the warpgroup in 16-byte pieces of rows (the fragments' own 4-byte pieces wrote half sectors). The rows lie in
+  // the dQ slot, free once the writer has read the dQ of the CTA's steps before n_end (both consumers' last writes
+  // to it); the next item's first dQ goes there only after both consumers wrote that item's first dS^T, after their
+  // stores.
+  __device__ __forceinline__ void store(const Buffers<kD>& buf, uint32_t n_end) const {
     const AttentionParams& a = p_.a;
     const int bar = 1 + me_;  // this warpgroup's named barrier
-    ptx::named_barrier_sync(bar, 128);  // every thread is done reading the last item's rows
-    stage_rows(dk_, a.scale, stage);
+    Buffers<kD>::DqRing::wait_free(buf.dq_empty(), n_end);
+    stage_rows(dk_, a.scale, buf);
     ptx::named_barrier_sync(bar, 128);
-    copy_rows(p_.dk, a.K, stage);
+    copy_rows(p_.dk, a.K, buf);
     ptx::named_barrier_sync(bar, 128);
-    stage_rows(dv_, Scale::kInv, stage);
+    stage_rows(dv_, Scale::kInv, buf);
     ptx::named_barrier_sync(bar, 128);
-    copy_rows(p_.dv, a.V, stage);
+    copy_rows(p_.dv, a.V, buf);
   }
 
  private:
@@ -657,7 +698,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
   __shared__ int item_number;
   const Buffers buf{{}, {bars}, ptx::swizzle_aligned(raw), &item_number};
-  if (threadIdx.x == 0) buf.init(p.b.dq_order != nullptr);
+  if (threadIdx.x == 0) buf.init(p.b.dq_order != nullptr, kRowSums);
   __syncthreads();
 
   // Nothing stays live across setmaxnreg (ptxas would spill it). The producer lane takes the items and hands each
@@ -668,7 +709,8 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     const int warp = threadIdx.x / 32;
     const bool loads = warp == 0 && ptx::elect_one();
     const bool turns = warp == 2 && p.b.dq_order;  // deterministic mode's turn warp (take_turns)
-    if (!loads && warp != 1 && !turns) return;
+    const bool writes = warp == 3;                  // the dQ writer (write_dq)
+    if (!loads && warp != 1 && !turns && !writes) return;
     uint32_t step = 0;
     if (loads) {
       const int64_t items = keys.num_tiles * p.b.a.H;
@@ -701,6 +743,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         if (!w.valid || w.steps == 0) continue;
         using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
         if (turns) bwd_detail::take_turns(p.b, buf, w, step, Buffers::kReleasers);
+        else if (writes) bwd_detail::write_dq(p.b, buf, w, step);
         else bwd_detail::stage_terms<typename Consumer::Scale, Buffers, Consumer::kSinkParts>(p.b, buf, w, step);
         step += w.steps;
       }
@@ -726,33 +769,31 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       Buffers::KvRing::release(buf.kv_empty());
       if (kRowSums && p.b.a.has_gate)
         for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h);
-      c.store(buf.out(me));
+      c.store(buf, step);
       continue;
     }
     float2 key_term = c.key_terms(w.hk * p.b.a.group);
-    // Step it's dQ blocks (and row sums) are made in step it + 1, from both consumers' dS^T of step it; in
-    // deterministic mode added in the turn the turn warp hands over.
-    // The step before, whose dQ is made in this one: kept by D64's plain consumers (recomputed where the walk's
-    // order is a run-time choice, it spilled a word), recomputed elsewhere (kept, it spilled D64's row-sum
-    // consumers).
-    constexpr bool kKeepStep = kD == 64 && !kRowSums;
-    bwd_detail::Step last{};
-    const auto finish_step = [&](int it) {
-      const bwd_detail::Step st = kKeepStep ? last : bwd_detail::step_of<Tile::BM>(p.b, w, it);
+    // Step it's dQ block (and row sums) is made in step it + 1 from both consumers' dS^T of step it, issued between
+    // that step's dV and dK and staged for the writer while dK runs; in deterministic mode the row sums are added in
+    // the turn the turn warp hands over.
+    const auto issue_dq_of = [&](int it, float (&dq)[64 / 2]) {
       const uint32_t n = step + it;
       const int b = Buffers::DsRing::stage(n);
       ptx::barrier_wait(buf.ds_full(b), Buffers::DsRing::parity(n));
-      float dq[64 / 2];
       c.issue_dq(dq, buf.template ds<T>(b), buf);
-      ptx::wgmma_wait<0>();
-      c.hold_kv();
-      ptx::wgmma_hold(dq);
-      const int t = Buffers::TurnRing::stage(n);
-      if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), Buffers::TurnRing::parity(n));
-      if constexpr (kRowSums) c.add_sums(buf.sums(b), st.h, st.i0);
+    };
+    const auto finish_dq_of = [&](int it, const float (&dq)[64 / 2]) {  // once its wgmma group is done
+      const uint32_t n = step + it;
+      const int b = Buffers::DsRing::stage(n);
+      c.stage_dq(dq, buf, n);  // first: the writer's turn needs it staged, the consumers' turn does not
+      if constexpr (kRowSums) {
+        const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
+        const int t = Buffers::TurnRing::stage(n);
+        if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), Buffers::TurnRing::parity(n));
+        c.add_sums(buf.sums(b), st.h, st.i0);
+        if (p.b.dq_order) Buffers::TurnRing::release(buf.turn_done(t));
+      }
       ptx::barrier_arrive(buf.ds_empty(b));
-      c.add_dq(dq, st.h, st.i0);
-      if (p.b.dq_order) Buffers::TurnRing::release(buf.turn_done(t));
     };
     for (int it = 0; it < w.steps; ++it) {
       const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
@@ -779,15 +820,19 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       c.store_ds(dst, buf.template ds<T>(b));
       ptx::barrier_arrive(buf.ds_full(b));
       ptx::wgmma_fence();
-      c.issue_kv(pt, dst, buf, s);
+      c.issue_dv(pt, buf, s);
       if (it > 0) {
-        // Its wgmma wait covers dK and dV of step it too.
-        finish_step(it - 1);
+        float dq[64 / 2];
+        issue_dq_of(it - 1, dq);
+        c.issue_dk(dst, buf, s);
+        ptx::wgmma_wait<1>();  // dV and dQ are done
+        ptx::wgmma_hold(dq);
+        finish_dq_of(it - 1, dq);
       } else {
-        ptx::wgmma_wait<0>();
-        c.hold_kv();
+        c.issue_dk(dst, buf, s);
       }
-      if constexpr (kKeepStep) last = st;
+      ptx::wgmma_wait<0>();
+      c.hold_kv();
       buf.release_q(s);
       if constexpr (kRowSums) {
         if ((it + 1) % w.tiles_per_head == 0) {  // the head's last step
@@ -798,10 +843,16 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         c.store_sink_part(st.h);
       }
     }
-    finish_step(w.steps - 1);
+    {
+      float dq[64 / 2];
+      issue_dq_of(w.steps - 1, dq);
+      ptx::wgmma_wait<0>();
+      ptx::wgmma_hold(dq);
+      finish_dq_of(w.steps - 1, dq);
+    }
     Buffers::KvRing::release(buf.kv_empty());  // the producer loads the next item's K and V under the stores
-    c.store(buf.out(me));
     step += w.steps;
+    c.store(buf, step);
   }
 #endif
 }

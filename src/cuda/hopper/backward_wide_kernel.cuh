@@ -5,7 +5,7 @@
 // keys for S and dP and the head dims for dV, dK and dQ.
 //
 // Warpgroup 0 produces exactly as in the narrow kernel (backward_kernel.cuh: bwd_detail::produce, stage_terms); where
-// the bucket stages dQ (DkdvWideTile::kStagedDq) its warp 3 adds the consumers' staged dQ (write_dq).
+// the bucket stages dQ (DkdvWideTile::kStagedDq) its warp 3 adds the consumers' staged dQ (bwd_detail::write_dq).
 // A consumer's step: S and dP of its 32 keys (queries as rows, P made while dP runs), dS; once the other consumer is
 // done with the last step's P and dS, P and dS into shared memory; once both consumers' halves are in, dV^T += dO^T P
 // and dK^T += Q^T dS for its 64-dim blocks and dQ = dS K for its 64-column blocks, staged for the writer warp or added
@@ -18,7 +18,7 @@
 // stage Q [kK/64][64 rows][64], dO [kV/64][64 rows][64]; P, dS [64 rows][64 keys] (per P / dS buffer); a pair's
 // exchange slots [2][consumer][S | dP][4 float4][128 threads]; the terms [stage][lse | D][64]; the row sums'
 // partials [2][consumer][E | mass][64] and the column sums' [consumer][warp][32], the gate's key terms [64]; with
-// kStagedDq the staged dQ [consumer][warp][chunk][lane] float4 and its headers [consumer][warp]. Every
+// kStagedDq the staged dQ tile [16-row group][chunk][lane] float4 (dq_staging.cuh). Every
 // 64-column block 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts): P and dS serve as MN-
 // major B operands of dV^T and dK^T (rows: the K dimension, the queries) and dS as the K-major A operand of dQ
 // (rows: M, the queries).
@@ -50,12 +50,12 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   // turn_done when the warps that add (the writer warp where dQ is staged, else every consumer warp) made their adds
   // there (bwd_detail::take_turns).
   using TurnRing = Ring<2>;
-  // Tile::kStagedDq: consumer c's staged dQ of each step (dq_staging.cuh), dq_full when its 128 threads wrote it,
-  // dq_empty when the writer warp's 32 lanes added it.
+  // Tile::kStagedDq: the step's staged dQ tile (dq_staging.cuh), dq_full when both consumers' 256 threads wrote it,
+  // dq_empty when the writer's copy engine read it.
   using DqRing = Ring<1>;
 
   // then met; a pair: do_full, do_empty, xch_full[2][2][2], xch_empty[2][2]; then turn_ready[2], turn_done[2],
-  // dq_full[2], dq_empty[2]
+  // dq_full, dq_empty
   using Bars = bwd_detail::StepBarriers<kS>;
   unsigned char* base;
   static constexpr bool kMeets = kK != kV;  // the consumers run copies of their code of their own (Consumer's kMe)
@@ -64,7 +64,7 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   // is made, before Q.
   static constexpr bool kDoApart = Tile::kStages == 1;
   static constexpr int kTurnBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kDoApart ? 2 : 0) + (kPaired ? 12 : 0);
-  static constexpr int kBarriers = kTurnBarriers + 2 * 2 + 2 * 2;
+  static constexpr int kBarriers = kTurnBarriers + 2 * 2 + 2;
   // One consumer's exchange slot: its S and dP partials, [S | dP][kKeys / 8 float4 a thread][128 threads].
   static constexpr uint32_t kSlotBytes = Tile::kExchangeBytes / 4;
   using ExchangeRing = Ring<2>;
@@ -103,13 +103,9 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   __device__ __forceinline__ float* colsums() const { return sums(2); }
   // The gate's key terms Gc_key log2 e of the tile's keys for the current query head, [BN].
   __device__ __forceinline__ float* key_terms() const { return colsums() + 2 * 4 * 32; }
-  // Tile::kStagedDq: consumer c's staged dQ (its dQ columns' blocks: consumer 0 has two, from the slot's start) and
-  // its warps' headers.
-  __device__ __forceinline__ unsigned char* dq_slot(int c) const {
-    return reinterpret_cast<unsigned char*>(key_terms() + Tile::BN) + c * Tile::BM * 128 * 4;
-  }
-  __device__ __forceinline__ dq_staging::Header* dq_headers(int c) const {
-    return reinterpret_cast<dq_staging::Header*>(dq_slot(0) + Tile::BM * Tile::kCtaK * 4) + 4 * c;
+  // Tile::kStagedDq: the step's staged dQ tile (16-byte aligned for the copy engine).
+  __device__ __forceinline__ unsigned char* dq_slot() const {
+    return reinterpret_cast<unsigned char*>(key_terms() + Tile::BN);
   }
   using Bars::kv_full, Bars::kv_empty, Bars::q_full, Bars::q_empty, Bars::t_full, Bars::t_empty;
   // Where each consumer has its own copy of the code (192 / 128): both consumers' threads at one point, the n-th
@@ -129,8 +125,8 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   __device__ __forceinline__ uint64_t* xch_empty(int slot, int c) const { return do_full() + 10 + 2 * slot + c; }
   __device__ __forceinline__ uint64_t* turn_ready(int t) const { return this->bars + kTurnBarriers + t; }
   __device__ __forceinline__ uint64_t* turn_done(int t) const { return this->bars + kTurnBarriers + 2 + t; }
-  __device__ __forceinline__ uint64_t* dq_full(int c) const { return this->bars + kTurnBarriers + 4 + c; }
-  __device__ __forceinline__ uint64_t* dq_empty(int c) const { return this->bars + kTurnBarriers + 6 + c; }
+  __device__ __forceinline__ uint64_t* dq_full() const { return this->bars + kTurnBarriers + 4; }
+  __device__ __forceinline__ uint64_t* dq_empty() const { return this->bars + kTurnBarriers + 5; }
 
   // row_sums: with a staged dQ the consumers still add the row sums themselves, in deterministic mode in the turns.
   __device__ __forceinline__ void init(bool row_sums) const {
@@ -143,7 +139,7 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
     for (int t = 0; t < 2; ++t)
       ptx::barrier_init(turn_ready(t), 1),
           ptx::barrier_init(turn_done(t), Tile::kStagedDq ? 1 + (row_sums ? kReleasers : 0) : kReleasers);
-    for (int c = 0; c < 2; ++c) ptx::barrier_init(dq_full(c), 128), ptx::barrier_init(dq_empty(c), 32);
+    ptx::barrier_init(dq_full(), 2 * 128), ptx::barrier_init(dq_empty(), 1);
     if (kDoApart) ptx::barrier_init(do_full(), 1), ptx::barrier_init(do_empty(), kReleasers);
     if (kPaired) {
       for (int slot = 0; slot < 2; ++slot)
@@ -211,27 +207,6 @@ struct Exchange {
  private:
   static constexpr uint32_t kPartBytes = Buf::kSlotBytes / 2;
 };
-
-// The writer warp where the bucket stages dQ (DkdvWideTile::kStagedDq): per step of the item, each consumer's staged
-// dQ (dq_staging.cuh) added into dq_acc, consumer 0's first; in deterministic mode in the turn the turn warp hands
-// over, complete before the one arrival on turn_done. (The narrow kernel's consumers add their dQ themselves: staged
-// and added by the copy engine, its rows measured 3-8% slower.)
-template <class Buf>
-__device__ __forceinline__ void write_dq(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w) {
-  for (int n = 0; n < w.steps; ++n) {
-    const int t = Buf::TurnRing::stage(n);
-    if (p.dq_order) ptx::barrier_wait(buf.turn_ready(t), Buf::TurnRing::parity(n));
-    for (int c = 0; c < 2; ++c) {
-      ptx::barrier_wait(buf.dq_full(c), Buf::DqRing::parity(n));
-      dq_staging::add_slot(buf.dq_slot(c), buf.dq_headers(c), 4);
-      ptx::barrier_arrive(buf.dq_empty(c));  // every lane (lane 0 saw the copy engine's reads done)
-    }
-    if (p.dq_order) {
-      dq_staging::finish_adds();
-      Buf::TurnRing::release(buf.turn_done(t));
-    }
-  }
-}
 
 // Where both consumers own as many blocks of each kind (256 / 256), one copy of the consumer's code serves both (its
 // index only offsets the blocks); else each has its own (kMe; two copies of the code in the kernel).
@@ -458,22 +433,12 @@ class Consumer {
     }
   }
 
-  // Tile::kStagedDq: step `it`'s dQ (this consumer's columns) into its slot in dq_acc's fragment order, once the
-  // writer warp added step it - 1's.
-  __device__ __forceinline__ void stage_dq(const float (&dq)[kDqAcc], int64_t h, int i0, const Buf& buf,
-                                           int it) const {
-    const int i_first = i0 + 16 * warp_, col0 = kCtaK * rank_ + 64 * dk_first();
-    float* dst = nullptr;
-    int chunks = 0;
-    if (i_first < w_.seq.len) {
-      const int64_t row0 = bwd::dq_row(p_.a, w_.seq.batch, h, w_.seq_index, w_.seq.start);
-      dst = p_.dq_acc + bwd::dq_acc_offset(row0, i_first, col0, p_.K16);
-      chunks = max(0, min(64 * kDkCount, p_.K16 - col0) / 8);
-    }
-    Buf::DqRing::wait_free(buf.dq_empty(me_), it);
-    dq_staging::write_part(dq, dst, chunks, buf.dq_slot(me_), warp_ * dq_staging::warp_bytes<kDqAcc>(),
-                           buf.dq_headers(me_) + warp_);
-    ptx::barrier_arrive(buf.dq_full(me_));
+  // Tile::kStagedDq: step `it`'s dQ (this consumer's columns) into the staged tile, once the writer has read step
+  // it - 1's; then this thread's arrival on dq_full.
+  __device__ __forceinline__ void stage_dq(const float (&dq)[kDqAcc], const Buf& buf, int it) const {
+    Buf::DqRing::wait_free(buf.dq_empty(), it);
+    dq_staging::write_group(dq, buf.dq_slot(), warp_, 8 * dk_first(), p_.K16 / 8);
+    ptx::barrier_arrive(buf.dq_full());
   }
 
   __device__ __forceinline__ void hold_kv() {
@@ -623,13 +588,13 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     ptx::wgmma_hold(dq);
     if constexpr (!Buffers<kK, kV>::kDoApart) buf.release_q(s);
     if constexpr (Tile::kStagedDq) {  // the writer warp adds dQ; the row sums here (deterministic: in the turn)
+      c.stage_dq(dq, buf, it);  // first: the writer's turn needs it staged, the consumers' turn does not
       if constexpr (kRowSums) {
         const int t = TurnRing::stage(it);
         if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), TurnRing::parity(it));
         c.add_sums(buf.sums(it % 2), st.h, st.i0);
         if (p.b.dq_order) TurnRing::release(buf.turn_done(t));
       }
-      c.stage_dq(dq, st.h, st.i0, buf, it);
     } else {  // deterministic mode: the adds in the turn the turn warp hands over
       const int t = TurnRing::stage(it);
       if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), TurnRing::parity(it));
@@ -690,7 +655,7 @@ __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
     if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0, col0);
     else if (warp == 1) bwd_detail::stage_terms<PScale<T, kRowSums>>(p.b, buf, w, 0);  // Consumer::Scale
     else if (warp == 2 && p.b.dq_order) bwd_detail::take_turns(p.b, buf, w, 0, Buffers::kReleasers * Tile::kPair);
-    else if (warp == 3 && Tile::kStagedDq) bwd_wide::write_dq(p.b, buf, w);
+    else if (warp == 3 && Tile::kStagedDq) bwd_detail::write_dq(p.b, buf, w, 0);
     return leave();
   }
 

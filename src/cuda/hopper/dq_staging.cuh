@@ -1,11 +1,12 @@
-// dQ's adds through shared memory (the wide dK/dV kernel's 192 / 128 and 256 / 256 buckets, sm_90a): a consumer writes
-// a step's dQ into its staging slot and goes on, and a writer warp of the producer warpgroup has the copy engine add
-// the slot into the fp32 accumulator. Issued by the consumers themselves, the vector reductions held them until the
-// last one had left their registers, once a step; the copy engine's adds run under the consumers' next step instead.
+// dQ's adds through shared memory (the dK/dV kernels, sm_90a): a consumer writes a step's dQ into a staging slot and
+// goes on, and a writer warp of the producer warpgroup has the copy engine add the slot into the fp32 accumulator.
+// Issued by the consumers themselves, the vector reductions held them until the last one had left their registers,
+// once a step; the copy engine's adds run under the consumers' next step instead.
 //
-// A slot holds each consumer warp's part as it would go out: its 16 rows of the block are one contiguous run of
-// dq_acc (dq_acc_offset: 512-byte chunks of 16 rows x 8 columns), so chunk j of a lane is the float4 the lane adds at
-// chunk j, lane by lane. Beside the data, one header a warp says where the run starts and how many chunks it has.
+// dq_acc (dq_acc_offset) keeps a 16-row group's columns as 512-byte chunks of 16 rows x 8 columns, chunk j of a lane
+// being the float4 the lane's accumulators hold for columns 8 j... The slot keeps the step's tile in that order, its
+// 16-row groups one after the other with all their chunks, so that the step's rows in the sequence go out as one
+// run.
 #pragma once
 
 #include <cstdint>
@@ -19,44 +20,24 @@ namespace flashgate::cuda::hopper {
 #if defined(__CUDACC__)
 namespace dq_staging {
 
-// One consumer warp's part of a staged dQ block.
-struct Header {
-  float* dst;       // the run's first chunk in dq_acc (lane l's float4 at dst + 4 l)
-  uint32_t offset;  // the part's bytes in the slot, from the slot's start
-  int chunks;       // 512-byte chunks in the run (0: rows past the sequence, nothing to add)
-};
-
-// The slot's bytes for one warp's part of kFloats accumulators a thread.
+// A consumer warp's accumulators of 16-row group `group` of the slot, chunks chunk0.. of the group's `chunks`
+// (those past it are columns past the head dim: not written); then a fence so that the copy engine sees them.
 template <int kFloats>
-constexpr uint32_t warp_bytes() {
-  return kFloats * 4 * 32;
-}
-
-// A consumer warp's part: this thread's kFloats accumulators (chunk j: dq[4 j .. 4 j + 3]) into the slot at byte
-// `offset`, the first `chunks` chunks, and lane 0 writes the header; then a fence so that the copy engine sees
-// them. Every thread of the consumer then arrives on the slot's full barrier.
-template <int kFloats>
-__device__ __forceinline__ void write_part(const float (&dq)[kFloats], float* dst, int chunks, unsigned char* slot,
-                                           uint32_t offset, Header* header) {
-  const int lane = threadIdx.x % 32;
-  float4* part = reinterpret_cast<float4*>(slot + offset) + lane;
+__device__ __forceinline__ void write_group(const float (&dq)[kFloats], unsigned char* slot, int group, int chunk0,
+                                            int chunks) {
+  float4* at = reinterpret_cast<float4*>(slot + static_cast<uint32_t>(group * chunks + chunk0) * 512) + threadIdx.x % 32;
 #pragma unroll
   for (int j = 0; j < kFloats / 4; ++j)
-    if (j < chunks) part[32 * j] = make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-  if (lane == 0) *header = Header{dst, offset, chunks};
+    if (chunk0 + j < chunks) at[32 * j] = make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
   ptx::fence_async_shared();
 }
 
-// The writer warp: every part of a full slot (`parts` headers) added into dq_acc, one bulk reduction a part issued
-// by lane 0; the warp goes on once the copy engine has read the slot.
-__device__ __forceinline__ void add_slot(const unsigned char* slot, const Header* headers, int parts) {
+// The writer warp: the first `bytes` of the slot added at dst by one bulk reduction from lane 0; the warp
+// goes on once the copy engine has read them.
+__device__ __forceinline__ void add_run(float* dst, const unsigned char* slot, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (threadIdx.x % 32 == 0) {
-    for (int w = 0; w < parts; ++w) {
-      const Header h = headers[w];
-      const float* src = reinterpret_cast<const float*>(slot + h.offset);
-      if (h.chunks > 0) ptx::bulk_add_f32(h.dst, src, static_cast<uint32_t>(h.chunks) * 512);
-    }
+    if (bytes > 0) ptx::bulk_add_f32(dst, reinterpret_cast<const float*>(slot), bytes);
     ptx::bulk_commit();
     ptx::bulk_wait_read<0>();
   }
