@@ -773,8 +773,8 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       continue;
     }
     float2 key_term = c.key_terms(w.hk * p.b.a.group);
-    // Step it's dQ block (and row sums) is made in step it + 1 from both consumers' dS^T of step it, issued before
-    // that step's dV and dK and staged for the writer while they run; in deterministic mode the row sums are added in
+    // Step it's dQ block (and row sums) is made in step it + 1 from both consumers' dS^T of step it, issued between
+    // that step's dV and dK and staged for the writer while dK runs; in deterministic mode the row sums are added in
     // the turn the turn warp hands over.
     const auto issue_dq_of = [&](int it, float (&dq)[64 / 2]) {
       const uint32_t n = step + it;
@@ -820,16 +820,15 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       c.store_ds(dst, buf.template ds<T>(b));
       ptx::barrier_arrive(buf.ds_full(b));
       ptx::wgmma_fence();
+      c.issue_dv(pt, buf, s);
       if (it > 0) {
         float dq[64 / 2];
         issue_dq_of(it - 1, dq);
-        c.issue_dv(pt, buf, s);
         c.issue_dk(dst, buf, s);
-        ptx::wgmma_wait<2>();  // dQ is done
+        ptx::wgmma_wait<1>();  // dV and dQ are done
         ptx::wgmma_hold(dq);
         finish_dq_of(it - 1, dq);
       } else {
-        c.issue_dv(pt, buf, s);
         c.issue_dk(dst, buf, s);
       }
       ptx::wgmma_wait<0>();
