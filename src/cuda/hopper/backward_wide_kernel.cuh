@@ -587,19 +587,13 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
     c.hold_kv();
     ptx::wgmma_hold(dq);
     if constexpr (!Buffers<kK, kV>::kDoApart) buf.release_q(s);
-    if constexpr (Tile::kStagedDq) {  // the writer warp adds dQ; the row sums here (deterministic: in the turn)
-      c.stage_dq(dq, buf, it);  // first: the writer's turn needs it staged, the consumers' turn does not
-      if constexpr (kRowSums) {
-        const int t = TurnRing::stage(it);
-        if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), TurnRing::parity(it));
-        c.add_sums(buf.sums(it % 2), st.h, st.i0);
-        if (p.b.dq_order) TurnRing::release(buf.turn_done(t));
-      }
-    } else {  // deterministic mode: the adds in the turn the turn warp hands over
+    // Staged, dQ goes first: the writer's turn needs it staged, the consumers' turn does not.
+    if constexpr (Tile::kStagedDq) c.stage_dq(dq, buf, it);
+    if constexpr (kRowSums || !Tile::kStagedDq) {  // the consumers' adds; deterministic mode: in the turn
       const int t = TurnRing::stage(it);
       if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), TurnRing::parity(it));
       c.add_sums(buf.sums(it % 2), st.h, st.i0);
-      c.add_dq(dq, st.h, st.i0);
+      if constexpr (!Tile::kStagedDq) c.add_dq(dq, st.h, st.i0);
       if (p.b.dq_order) TurnRing::release(buf.turn_done(t));
     }
     if (kRowSums && (it + 1) % w.tiles_per_head == 0) {  // the head's last step
