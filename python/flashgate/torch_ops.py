@@ -106,9 +106,10 @@ def _(q, k, v, g, sink, cu_seqlens, scale, window, deterministic, backend, keep_
 
 def _backward_impl(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, o_residual: Tensor,
                    g: Optional[Tensor], sink: Optional[Tensor], cu_seqlens: Optional[Tensor], scale: Optional[float],
-                   window: Optional[int], deterministic: bool, backend: str) -> List[Tensor]:
+                   window: Optional[int], deterministic: bool, backend: str, checked: bool = False) -> List[Tensor]:
     """Returns [dq, dk, dv, dg, dsink]; dg / dsink are empty when g / sink is None. o_residual: the forward's
-    (empty where it kept none)."""
+    (empty where it kept none). checked: the forward validated this cu_seqlens already (autograd saved it, so an
+    in-place change since then raises), and the backward skips the host round trip of validating it again."""
     fp = _companion_dtype(q.dtype)
     dq = _empty(q.shape, q.dtype, q.device)
     dk = _empty(k.shape, k.dtype, k.device)
@@ -116,6 +117,7 @@ def _backward_impl(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: 
     dg = _empty(q.shape[:3] if g is not None else (0,), fp, q.device)
     dsink = _empty(sink.shape if sink is not None else (0,), fp, q.device)
     stream, validate, allocate, device = _launch(q)
+    validate = validate and not checked
     with device:
         _C.attention_backward(_dl(q), _dl(k), _dl(v), _dl(o), _dl(lse), _dl(do), _dl(dq), _dl(dk), _dl(dv),
                               dg=_dl(dg) if g is not None else None, dsink=_dl(dsink) if sink is not None else None,
@@ -130,7 +132,7 @@ _attention_backward = torch.library.custom_op("flashgate::attention_backward", m
 
 
 @_attention_backward.register_fake
-def _(do, q, k, v, o, lse, o_residual, g, sink, cu_seqlens, scale, window, deterministic, backend):
+def _(do, q, k, v, o, lse, o_residual, g, sink, cu_seqlens, scale, window, deterministic, backend, checked=False):
     fp = _companion_dtype(q.dtype)
     return [q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             q.new_empty(q.shape[:3] if g is not None else (0,), dtype=fp),
@@ -142,8 +144,11 @@ def _forward_setup_context(ctx, inputs, output):
     o, lse, o_residual = output
     ctx.save_for_backward(q, k, v, g, sink, o, lse, o_residual, cu_seqlens)
     ctx.scale, ctx.window, ctx.deterministic, ctx.backend = scale, window, deterministic, backend
-    # The backward takes no lse gradient (SPEC 4 has none): lse and o_residual are non-differentiable outputs.
+    ctx.checked = cu_seqlens is not None and cu_seqlens.is_cuda and not torch.cuda.is_current_stream_capturing()
+    # The backward takes no lse gradient (SPEC 4 has none): lse and o_residual are non-differentiable outputs, and
+    # their gradients are not made (zero-filled, they cost a memset of o's residual a backward).
     ctx.mark_non_differentiable(lse, o_residual)
+    ctx.set_materialize_grads(False)
 
 
 def _backward_through(backward_op):
@@ -151,10 +156,12 @@ def _backward_through(backward_op):
     def backward(ctx, do, dlse, dresidual):
         del dlse, dresidual
         q, k, v, g, sink, o, lse, o_residual, cu_seqlens = ctx.saved_tensors
+        if do is None:  # o took no part in what was differentiated
+            do = torch.zeros_like(o)
         if do.stride(-1) != 1:  # e.g. the expanded gradient of a sum(); the head axis must be unit-stride
             do = do.contiguous()
         dq, dk, dv, dg, dsink = backward_op(do, q, k, v, o, lse, o_residual, g, sink, cu_seqlens, ctx.scale,
-                                            ctx.window, ctx.deterministic, ctx.backend)
+                                            ctx.window, ctx.deterministic, ctx.backend, ctx.checked)
         dg = dg.to(g.dtype) if g is not None else None
         dsink = dsink if sink is not None else None
         return dq, dk, dv, dg, dsink, None, None, None, None, None, None

@@ -73,6 +73,10 @@ FG_HOST_DEVICE int64_t dq_acc_rows_per_head(const AttentionParams& a) {
   const int64_t rows = a.packed ? a.T + 16 * a.num_seqs : a.T;  // a group may start 15 rows after a sequence
   return (rows + 15) / 16 * 16;
 }
+// Floats of the whole accumulator.
+FG_HOST_DEVICE int64_t dq_acc_floats(const AttentionParams& a, int K16) {
+  return a.B * a.HQ * dq_acc_rows_per_head(a) * K16;
+}
 // Row of local position 0 of sequence n (batch b when dense; start: its first token) in query head h.
 FG_HOST_DEVICE int64_t dq_row(const AttentionParams& a, int64_t b, int64_t h, int64_t n, int64_t start) {
   return (b * a.HQ + h) * dq_acc_rows_per_head(a) + (a.packed ? (start + 16 * n) / 16 * 16 : 0);

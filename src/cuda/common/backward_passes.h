@@ -8,7 +8,7 @@
 
 namespace flashgate::cuda::bwd {
 
-// ---- backward_prep.cu: D = o·do and a contiguous lse copy, per (b, query head, t) row.
+// ---- backward_prep.cu: D = o·do and a contiguous lse copy, per (b, query head, t) row; clears p.dq_acc where set.
 void launch_prepare_rows(const BackwardParams& p, cudaStream_t stream);
 
 // ---- backward_post.cu

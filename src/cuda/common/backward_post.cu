@@ -1,5 +1,6 @@
 // The backward's post-kernels: dq from its fp32 accumulator, dk/dv from head-part partials, the gate
 // gradient by per-sequence suffix sum, and the sink gradient. All sums run in a fixed order.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -13,41 +14,130 @@ namespace {
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
-// dq[b, t, h, :] = scale * dq_acc of token t (dq_acc_offset's layout), one row per group of kLanes threads
-// (for_each_row_group). `vec`: dq rows are 16-byte aligned and K is a whole number of 16-byte chunks of T, so
-// a lane converts a 16-byte chunk at a time (a column pair is two adjacent floats of dq_acc). A token in no
-// sequence (only with a broken, unchecked cu_seqlens) gets 0.
-template <class T, int kLanes>
-__global__ void __launch_bounds__(kThreads) dq_convert_kernel(BackwardParams p, bool vec) {
-  constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
-  const int K = p.a.K;
-  for_each_row_group<kLanes, kThreads>(p.a.B, p.a.HQ, p.a.T, [&](int64_t b, int64_t h, int64_t t, int lane) {
-    if (t >= p.a.T) return;
-    const TokenPlace place = place_token(p.a, b, t);
-    T* dst = p.dq.row<T>(b, t, h);
-    if (place.pos < 0) {
-      for (int d = lane; d < K; d += kLanes) dst[d] = from_float<T>(0.f);
-      return;
+// One 16-row group of dq_acc (dq_acc_offset's layout) and where its rows go.
+struct DqGroup {
+  int64_t batch = 0, h = 0, t0 = 0;  // batch index, query head and token of the group's first row
+  int rows = 0;                      // rows inside its sequence (0: a group no sequence uses)
+};
+
+// The groups in their order in dq_acc (item = (b * HQ + h) * groups + g). Packed, sequence n's rows start at
+// (start + 16 n) rounded down to 16 (dq_row); the walk keeps the sequence of the last group it placed and the row
+// where the next one starts, so a block that converts consecutive groups looks its first one up and then steps,
+// reading cu_seqlens only when it passes into the next sequence.
+struct DqGroupWalk {
+  const AttentionParams& a;
+  int64_t groups;
+  int64_t n = -1;              // packed: the last sequence whose rows start at or before the last group placed
+  int64_t row = 0, next = 0;   // first_row(n) and first_row(n + 1) (past every row when n is the last)
+  SequenceSpan seq;            // sequence n
+
+  __device__ int64_t first_row(int64_t s) const {
+    return s < a.num_seqs ? (sequence_span(a, s).start + 16 * s) / 16 * 16 : INT64_MAX;
+  }
+  __device__ void take(int64_t s) { n = s, row = first_row(s), next = first_row(s + 1), seq = sequence_span(a, s); }
+
+  __device__ DqGroup at(int64_t item) {
+    DqGroup r;
+    const int64_t bh = item / groups, g = item - bh * groups, b = bh / a.HQ;
+    r.h = bh - b * a.HQ;
+    if (!a.packed) {
+      r.batch = b, r.t0 = 16 * g, r.rows = static_cast<int>(min(int64_t{16}, a.T - 16 * g));
+      return r;
     }
-    const int64_t row0 = dq_row(p.a, place.seq.batch, h, place.n, place.seq.start);
-    const int i = place.pos;
-    const float scale = p.a.scale;
-    const float* src = p.dq_acc;
-    if (!vec) {
-      for (int d = lane; d < K; d += kLanes) dst[d] = from_float<T>(scale * src[dq_acc_offset(row0, i, d, p.K16)]);
-      return;
-    }
-    for (int c = lane * kChunk; c < K; c += kLanes * kChunk) {
-      alignas(16) T out[kChunk];
-#pragma unroll
-      for (int e = 0; e < kChunk; e += 2) {
-        const float2 v = *reinterpret_cast<const float2*>(src + dq_acc_offset(row0, i, c + e, p.K16));
-        out[e] = from_float<T>(scale * v.x);
-        out[e + 1] = from_float<T>(scale * v.y);
+    if (n < 0 || row > 16 * g) {  // the block's first group, or a new head: the last n with first_row(n) <= 16 g
+      int64_t lo = 0, hi = a.num_seqs - 1;
+      while (lo < hi) {
+        const int64_t mid = (lo + hi + 1) / 2;
+        if (first_row(mid) <= 16 * g) lo = mid;
+        else hi = mid - 1;
       }
-      *reinterpret_cast<uint4*>(dst + c) = *reinterpret_cast<const uint4*>(out);
+      take(lo);
     }
-  });
+    while (next <= 16 * g) take(n + 1);
+    const int64_t i = 16 * g - row;
+    r.t0 = seq.start + i;
+    r.rows = i < seq.len ? static_cast<int>(min(int64_t{16}, seq.len - i)) : 0;
+    return r;
+  }
+};
+
+// Two converted values at an even element of a shared tile, in one store.
+template <class T>
+__device__ __forceinline__ void put_pair(T* at, float x, float y) {
+  struct alignas(2 * sizeof(T)) Pair {
+    T x, y;
+  };
+  *reinterpret_cast<Pair*>(at) = Pair{from_float<T>(x), from_float<T>(y)};
+}
+
+// dq[b, t, h, :] = scale * dq_acc, a block converting a run of consecutive 16-row groups: the threads read a group
+// as it lies (16-byte pieces, each two columns of rows r and r + 8), write the converted pairs into a shared tile
+// of whole rows and store those rows (16-byte pieces where `vec`: dq rows 16-byte aligned, K a whole number of
+// them), the next group's reads in flight meanwhile. Rows past their sequence's end are padding, not stored.
+// kLoads: float4 per thread and group, for K16 up to kLoads * kThreads / 4 (at 2, four blocks a multiprocessor).
+template <class T, int kLoads>
+__global__ void __launch_bounds__(kThreads, kLoads == 2 ? 4 : 1) dq_convert_kernel(BackwardParams p, bool vec) {
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(T)), kMaxK = kLoads * kThreads / 4;
+  constexpr int kPitch = kMaxK + kChunk;  // the pad spreads a warp's pairs over the banks
+  __shared__ alignas(16) T tile[16 * kPitch];
+  const AttentionParams& a = p.a;
+  const int K = a.K, pieces = 4 * p.K16;  // float4 of a group
+  const float scale = a.scale;
+  const int64_t groups = dq_acc_rows_per_head(a) / 16, items = a.B * a.HQ * groups;
+  const int64_t per_block = (items + gridDim.x - 1) / gridDim.x, begin = blockIdx.x * per_block;
+  const int64_t end = min(items, begin + per_block);
+  DqGroupWalk walk{a, groups};
+  float4 x[kLoads];
+  const auto fetch = [&](const DqGroup& group, int64_t item) {
+    const float4* src = reinterpret_cast<const float4*>(p.dq_acc) + item * pieces;
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      const int f = static_cast<int>(threadIdx.x) + j * kThreads;
+      if (group.rows > 0 && f < pieces) x[j] = src[f];
+    }
+  };
+  DqGroup group;
+  if (begin < end) fetch(group = walk.at(begin), begin);
+  for (int64_t item = begin; item < end; ++item) {
+    // float4 f: columns 8 (f / 32) + 2 c of rows q and q + 8, q = (f % 32) / 4, c = f % 4.
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) {
+      const int f = static_cast<int>(threadIdx.x) + j * kThreads;
+      if (group.rows == 0 || f >= pieces) continue;
+      const int q = (f % 32) / 4, col = 8 * (f / 32) + 2 * (f % 4);
+      put_pair(&tile[q * kPitch + col], scale * x[j].x, scale * x[j].y);
+      put_pair(&tile[(q + 8) * kPitch + col], scale * x[j].z, scale * x[j].w);
+    }
+    __syncthreads();
+    const DqGroup next = item + 1 < end ? walk.at(item + 1) : DqGroup{};
+    if (item + 1 < end) fetch(next, item + 1);
+    if (vec) {
+      const int chunks = K / kChunk;
+      for (int u = threadIdx.x; u < group.rows * chunks; u += kThreads) {
+        const int r = u / chunks, c = (u - r * chunks) * kChunk;
+        *reinterpret_cast<uint4*>(p.dq.row<T>(group.batch, group.t0 + r, group.h) + c) =
+            *reinterpret_cast<const uint4*>(&tile[r * kPitch + c]);
+      }
+    } else {
+      for (int u = threadIdx.x; u < group.rows * K; u += kThreads) {
+        const int r = u / K, d = u - r * K;
+        p.dq.row<T>(group.batch, group.t0 + r, group.h)[d] = tile[r * kPitch + d];
+      }
+    }
+    __syncthreads();  // the tile is rewritten next turn
+    group = next;
+  }
+  // Tokens in no sequence (only with a broken, unchecked cu_seqlens: before the first offset or after the last
+  // sequence's end) get 0.
+  if (a.packed) {
+    const SequenceSpan last_seq = sequence_span(a, a.num_seqs - 1);
+    const int64_t first = sequence_span(a, 0).start, last = last_seq.start + last_seq.len;
+    const int64_t outside = (first + a.T - last) * a.HQ * K;
+    for (int64_t e = int64_t{blockIdx.x} * kThreads + threadIdx.x; e < outside; e += int64_t{gridDim.x} * kThreads) {
+      const int64_t x = e / K, d = e - x * K, h = x % a.HQ, j = x / a.HQ, t = j < first ? j : last + (j - first);
+      p.dq.row<T>(0, t, h)[d] = from_float<T>(0.f);
+    }
+  }
 }
 
 // One warp per (b, kv head, key t) row (key_rows of them per sequence): out[b, t, hk, :] = the sum over parts of part[(part, b, hk, t), :],
@@ -188,11 +278,18 @@ void launch_dq_convert(const BackwardParams& p, cudaStream_t stream) {
     using T = decltype(tag);
     constexpr int kChunk = 16 / static_cast<int>(sizeof(T));
     const bool vec = p.dq_width >= 16 && p.a.K % kChunk == 0;
-    with_lanes_per_row(p.a.K, kChunk, [&](auto lanes) {
-      constexpr int kLanes = decltype(lanes)::value;
-      const dim3 grid = row_group_grid(p.a.B * p.a.HQ, p.a.T, kThreads / kLanes);
-      dq_convert_kernel<T, kLanes><<<grid, kThreads, 0, stream>>>(p, vec);
-    });
+    const int64_t items = p.a.B * p.a.HQ * dq_acc_rows_per_head(p.a) / 16;
+    const auto launch = [&](auto kernel) {
+      int device = 0, sms = 0, resident = 0;
+      FLASHGATE_CUDA_CHECK(cudaGetDevice(&device));
+      FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      FLASHGATE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, 0));
+      const int64_t blocks = std::min<int64_t>(items, int64_t{std::max(resident, 1)} * sms);  // one wave
+      kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, vec);
+    };
+    if (p.K16 <= 128) launch(dq_convert_kernel<T, 2>);
+    else if (p.K16 <= 256) launch(dq_convert_kernel<T, 4>);
+    else launch(dq_convert_kernel<T, 8>);
   });
   FLASHGATE_CHECK_LAUNCH("dq_convert_kernel");
 }

@@ -29,17 +29,20 @@ __device__ __forceinline__ float block_sum(float x, float* scratch /* kThreads /
   return total;
 }
 
-// The [B][HQ][T] rows (row_index order) handed out one per group of kLanes threads: a block takes
-// kThreads / kLanes consecutive t of one (b, h) per iteration (grid y over b*HQ + h, x over t), so no row
-// needs an index division. The loops are uniform per warp, so every lane reaches the caller's group
-// shuffles; `f(b, h, t, lane_in_group)` must itself skip t >= T.
-template <int kLanes, int kThreads, class F>
+// The [B][HQ][T] rows (row_index order) handed out kRows at a time to each group of kLanes threads: a block
+// takes kRows * kThreads / kLanes consecutive t of one (b, h) per iteration (grid y over b*HQ + h, x over t), and
+// the group's rows are kThreads / kLanes apart, so a block's rows cover whole 16-row groups and a lane can issue
+// the loads of its kRows rows together. The loops are uniform per warp, so every lane reaches the caller's group
+// shuffles; `f(b, h, t0, lane_in_group)` gets rows t0 + r * (kThreads / kLanes), r < kRows, and must itself skip
+// those at or past T.
+template <int kLanes, int kThreads, int kRows, class F>
 __device__ __forceinline__ void for_each_row_group(int64_t B, int64_t HQ, int64_t T, F&& f) {
-  constexpr int kRows = kThreads / kLanes;
+  constexpr int kGroups = kThreads / kLanes, kBlockRows = kGroups * kRows;
   const int group = static_cast<int>(threadIdx.x) / kLanes, lane = static_cast<int>(threadIdx.x) % kLanes;
   for (int64_t bh = blockIdx.y; bh < B * HQ; bh += gridDim.y) {
     const int64_t b = bh / HQ, h = bh - b * HQ;
-    for (int64_t t0 = int64_t{blockIdx.x} * kRows; t0 < T; t0 += int64_t{gridDim.x} * kRows) f(b, h, t0 + group, lane);
+    for (int64_t t0 = int64_t{blockIdx.x} * kBlockRows; t0 < T; t0 += int64_t{gridDim.x} * kBlockRows)
+      f(b, h, t0 + group, lane);
   }
 }
 
@@ -60,7 +63,7 @@ void with_lanes_per_row(int elems, int chunk, F&& f) {
   else f(std::integral_constant<int, 32>{});
 }
 
-// The grid of for_each_row_group for B*HQ x T rows at kThreads / lanes rows per block.
+// The grid of for_each_row_group for B*HQ x T rows at rows_per_block rows per block and iteration.
 inline dim3 row_group_grid(int64_t bh, int64_t T, int rows_per_block) {
   const int64_t x = (T + rows_per_block - 1) / rows_per_block;
   const auto cap = [](int64_t v, int64_t hi) { return static_cast<unsigned>(v < 1 ? 1 : v > hi ? hi : v); };

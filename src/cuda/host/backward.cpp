@@ -160,10 +160,6 @@ void* take_repack(cuda::WorkspaceCarver& w, int width, int64_t B, int64_t T, int
   return w.take<uint16_t>(cuda::repacked_elements(B, T, heads, dim, 2));
 }
 
-int64_t dq_acc_floats(const BackwardParams& p) {
-  return p.a.B * p.a.HQ * cuda::bwd::dq_acc_rows_per_head(p.a) * p.K16;
-}
-
 // The Hopper dK/dV kernel's order counters (its query tiles are 64 or 128 rows: 64 counts the most blocks).
 int64_t dq_order_counters(const BackwardParams& p) { return p.a.B * p.a.HQ * cuda::bwd::dq_order_blocks(p.a, 64); }
 
@@ -186,7 +182,7 @@ Scratch carve(BackwardParams& p, const Plan& plan, cuda::WorkspaceCarver& w) {
   if (p.a.has_gate) p.colsum = w.take<float>(rows);
   if (p.a.has_gate) p.mass = w.take<float>(rows);
   if (!plan.mma) return m;
-  if (dq_by_atomics(p, plan)) p.dq_acc = w.take<float>(dq_acc_floats(p));
+  if (dq_by_atomics(p, plan)) p.dq_acc = w.take<float>(cuda::bwd::dq_acc_floats(p.a, p.K16));
   if (plan.hopper && p.deterministic) p.dq_order = w.take<int>(dq_order_counters(p));
   if (plan.hopper) p.next_item = w.take<unsigned>(1);
   if (p.head_parts > 1) {
@@ -338,11 +334,10 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
   const int64_t rows = p.a.B * p.a.HQ * p.a.T;
 
   if (p.a.has_gate) cuda::launch_gate_prefix_sum(p.a, maps.gc, stream);
-  cuda::bwd::launch_prepare_rows(p, stream);
+  cuda::bwd::launch_prepare_rows(p, stream);  // and clears dq_acc
   zero_async(p.E, rows, stream);  // rows outside every sequence (broken unchecked cu_seqlens) stay 0
   zero_async(p.mass, rows, stream);
   zero_async(p.sink_parts, cuda::bwd::sink_part_count(p), stream);  // key tiles no row sees add nothing
-  zero_async(p.dq_acc, dq_acc_floats(p), stream);
   zero_async(p.dq_order, dq_order_counters(p), stream);
   zero_async(p.next_item, 1, stream);
 

@@ -221,7 +221,7 @@ void launch_slice_backward(const SliceBackwardArgs& a, const detail::SliceProble
   cuda::stage_slice_gates(p.a, a.gate_q, a.gate_k, sp, cuda::SliceGates{gc, gc_k}, stream);
   zero_async(p.E, rows, stream);
   zero_async(p.mass, rows, stream);
-  zero_async(p.dq_acc, p.a.B * p.a.HQ * cuda::bwd::dq_acc_rows_per_head(p.a) * p.K16, stream);
+  zero_async(p.dq_acc, cuda::bwd::dq_acc_floats(p.a, p.K16), stream);
   zero_async(p.next_item, 1, stream);
   const cuda::TileSchedule keys = cuda::make_key_tile_schedule(p.a, plan.kv.tiles.key_tile, nullptr);  // dense
 #if defined(FLASHGATE_WITH_HOPPER)
