@@ -832,6 +832,31 @@ def test_runs_on_the_current_stream(rng):
     ref.assert_close("o", o_copy, ref.attention(q.double(), k.double(), v.double())[0], 5e-3, rng.seed)
 
 
+def test_backward_reuses_the_forward_check_of_cu_seqlens(rng, monkeypatch):
+    """The forward validates cu_seqlens (a host round trip); the autograd backward, given the same saved tensor,
+    does not validate it again, and its gradients still match the reference. A change in place between the two is
+    caught by autograd's saved-tensor check."""
+    seen = []
+    for name in ("attention_forward", "attention_backward"):
+        real = getattr(flashgate.torch_ops._C, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            seen.append((_name, kwargs.get("validate")))
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(flashgate.torch_ops._C, name, spy)
+    cu = torch.tensor([0, 37, 37, 160], dtype=torch.int32, device=DEV)
+    check_attention(rng, BF16, 1, 160, 4, 2, 64, 64, cu=cu)
+    assert ("attention_forward", True) in seen and ("attention_backward", False) in seen
+    assert ("attention_backward", True) not in seen
+
+    q = rng.randn((1, 160, 4, 64), BF16).requires_grad_()
+    k, v = rng.randn((1, 160, 2, 64), BF16), rng.randn((1, 160, 2, 64), BF16)
+    o = flashgate.parallel_attn(q, k, v, cu_seqlens=cu)
+    cu[1] = 40
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        o.sum().backward()
+
+
 def test_gpu_errors(rng):
     q, k = rng.randn((1, 64, 4, 64), BF16), rng.randn((1, 64, 2, 64), BF16)
     with pytest.raises(TypeError, match=r"cu_seqlens: must be on the same device as q"):
