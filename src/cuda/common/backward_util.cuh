@@ -30,10 +30,9 @@ __device__ __forceinline__ float block_sum(float x, float* scratch /* kThreads /
 }
 
 // The [B][HQ][T] rows (row_index order) handed out kRows at a time to each group of kLanes threads: a block
-// takes kRows * kThreads / kLanes consecutive t of one (b, h) per iteration (grid y over b*HQ + h, x over t), and
-// the group's rows are kThreads / kLanes apart, so a block's rows cover whole 16-row groups and a lane can issue
-// the loads of its kRows rows together. The loops are uniform per warp, so every lane reaches the caller's group
-// shuffles; `f(b, h, t0, lane_in_group)` gets rows t0 + r * (kThreads / kLanes), r < kRows, and must itself skip
+// takes kRows * kThreads / kLanes consecutive t of one (b, h) per iteration (grid y over b*HQ + h, x over t), the
+// group's rows kThreads / kLanes apart, so that a lane can issue the loads of its kRows rows together. The loops
+// are uniform per warp, so every lane reaches the caller's group shuffles; `f(b, h, t0, lane_in_group)` gets rows t0 + r * (kThreads / kLanes), r < kRows, and must itself skip
 // those at or past T.
 template <int kLanes, int kThreads, int kRows, class F>
 __device__ __forceinline__ void for_each_row_group(int64_t B, int64_t HQ, int64_t T, F&& f) {
