@@ -77,9 +77,11 @@ FG_HOST_DEVICE int64_t dq_acc_rows_per_head(const AttentionParams& a) {
 FG_HOST_DEVICE int64_t dq_acc_floats(const AttentionParams& a, int K16) {
   return a.B * a.HQ * dq_acc_rows_per_head(a) * K16;
 }
+// Packed: row of local position 0 of sequence n (start: its first token) inside a query head's rows.
+FG_HOST_DEVICE int64_t dq_packed_row(int64_t n, int64_t start) { return (start + 16 * n) / 16 * 16; }
 // Row of local position 0 of sequence n (batch b when dense; start: its first token) in query head h.
 FG_HOST_DEVICE int64_t dq_row(const AttentionParams& a, int64_t b, int64_t h, int64_t n, int64_t start) {
-  return (b * a.HQ + h) * dq_acc_rows_per_head(a) + (a.packed ? (start + 16 * n) / 16 * 16 : 0);
+  return (b * a.HQ + h) * dq_acc_rows_per_head(a) + (a.packed ? dq_packed_row(n, start) : 0);
 }
 // Float index of local row i, column d of the sequence whose row 0 is row0 (dq_row).
 FG_HOST_DEVICE int64_t dq_acc_offset(int64_t row0, int i, int d, int K16) {

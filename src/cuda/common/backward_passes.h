@@ -12,8 +12,8 @@ namespace flashgate::cuda::bwd {
 void launch_prepare_rows(const BackwardParams& p, cudaStream_t stream);
 
 // ---- backward_post.cu
-// dq[b,t,h,:] = scale * dq_acc (default-mode MMA path).
-void launch_dq_convert(const BackwardParams& p, cudaStream_t stream);
+// dq[b,t,h,:] = scale * dq_acc (default-mode MMA path); sms: the device's multiprocessors (one wave of blocks).
+void launch_dq_convert(const BackwardParams& p, int sms, cudaStream_t stream);
 // dk, dv = the fixed-order sum of the head-part partials (head_parts > 1).
 void launch_dkv_reduce(const BackwardParams& p, cudaStream_t stream);
 // dg = per-sequence suffix sum of dGc[t] = (E_t - D_t mass_t) - colsum_t.

@@ -21,9 +21,9 @@ struct DqGroup {
 };
 
 // The groups in their order in dq_acc (item = (b * HQ + h) * groups + g). Packed, sequence n's rows start at
-// (start + 16 n) rounded down to 16 (dq_row); the walk keeps the sequence of the last group it placed and the row
-// where the next one starts, so a block that converts consecutive groups looks its first one up and then steps,
-// reading cu_seqlens only when it passes into the next sequence.
+// dq_packed_row; the walk keeps the sequence of the last group it placed and the row where the next one starts,
+// so a block that converts consecutive groups looks its first one up and then steps, reading cu_seqlens only when
+// it passes into the next sequence.
 struct DqGroupWalk {
   const AttentionParams& a;
   int64_t groups;
@@ -32,7 +32,7 @@ struct DqGroupWalk {
   SequenceSpan seq;            // sequence n
 
   __device__ int64_t first_row(int64_t s) const {
-    return s < a.num_seqs ? (sequence_span(a, s).start + 16 * s) / 16 * 16 : INT64_MAX;
+    return s < a.num_seqs ? dq_packed_row(s, sequence_span(a, s).start) : INT64_MAX;
   }
   __device__ void take(int64_t s) { n = s, row = first_row(s), next = first_row(s + 1), seq = sequence_span(a, s); }
 
@@ -272,7 +272,7 @@ void launch_slice_dsink(const SliceBackwardParams& s, cudaStream_t stream) {
   FLASHGATE_CHECK_LAUNCH("slice_dsink_kernel");
 }
 
-void launch_dq_convert(const BackwardParams& p, cudaStream_t stream) {
+void launch_dq_convert(const BackwardParams& p, int sms, cudaStream_t stream) {
   if (p.a.B * p.a.HQ * p.a.T == 0) return;
   with_element_type(p.a.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -280,9 +280,7 @@ void launch_dq_convert(const BackwardParams& p, cudaStream_t stream) {
     const bool vec = p.dq_width >= 16 && p.a.K % kChunk == 0;
     const int64_t items = p.a.B * p.a.HQ * dq_acc_rows_per_head(p.a) / 16;
     const auto launch = [&](auto kernel) {
-      int device = 0, sms = 0, resident = 0;
-      FLASHGATE_CUDA_CHECK(cudaGetDevice(&device));
-      FLASHGATE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      int resident = 0;
       FLASHGATE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, 0));
       const int64_t blocks = std::min<int64_t>(items, int64_t{std::max(resident, 1)} * sms);  // one wave
       kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, vec);

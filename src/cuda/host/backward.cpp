@@ -357,7 +357,7 @@ void launch_backward(const BackwardArgs& args, const detail::AttentionProblem& p
     }
     if (p.a.dtype == ElementType::f16) launch_mma_kernels<__half>(args, p, plan, keys, queries, stream);
     else launch_mma_kernels<__nv_bfloat16>(args, p, plan, keys, queries, stream);
-    if (dq_by_atomics(p, plan)) cuda::bwd::launch_dq_convert(p, stream);
+    if (dq_by_atomics(p, plan)) cuda::bwd::launch_dq_convert(p, device_facts(args.q.device_index).sms, stream);
     if (p.head_parts > 1) cuda::bwd::launch_dkv_reduce(p, stream);
   } else {
     cuda::bwd::launch_simt_backward(p, stream);

@@ -230,7 +230,7 @@ void launch_slice_backward(const SliceBackwardArgs& a, const detail::SliceProble
 #else
   launch_portable_dkdv(p, plan.kv, keys, stream);
 #endif
-  cuda::bwd::launch_dq_convert(p, stream);
+  cuda::bwd::launch_dq_convert(p, device_facts(a.q.device_index).sms, stream);
   if (p.head_parts > 1) cuda::bwd::launch_dkv_reduce(p, stream);
   cuda::bwd::launch_slice_grads(p, s, stream);
   cuda::bwd::launch_slice_dsink(s, stream);
