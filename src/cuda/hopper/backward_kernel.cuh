@@ -801,6 +801,28 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       const int s = buf.stage(n), b = Buffers::DsRing::stage(n);
       ptx::barrier_wait(buf.q_full(s), buf.parity(n));
       ptx::barrier_wait(buf.t_full(s), buf.parity(n));  // not between issue and wait: a loop there serialises wgmma
+      if constexpr (!kRowSums) {
+        // This consumer's 64 keys all above the step's rows (a causal item's first step at 64-row steps): P and dS
+        // are 0, dV and dK unchanged; its dS^T block for the dQ of this step is zero.
+        if (w.j0 + 64 * me > st.i0 + Tile::BM - 1 + p.b.a.key_shift) {
+          Buffers::DsRing::wait_free(buf.ds_empty(b), n);
+          typename Consumer::Operand zero = {};
+          ptx::barrier_arrive(buf.t_empty(s));
+          c.store_ds(zero, buf.template ds<T>(b));
+          ptx::barrier_arrive(buf.ds_full(b));
+          if (it > 0) {
+            float dq[64 / 2];
+            ptx::wgmma_fence();
+            issue_dq_of(it - 1, dq);
+            ptx::wgmma_wait<0>();
+            ptx::wgmma_hold(dq);
+            finish_dq_of(it - 1, dq);
+          }
+          buf.release_q(s);
+          if (Consumer::kSinkParts && p.b.sink_parts && (it + 1) % w.tiles_per_head == 0) c.store_sink_part(st.h);
+          continue;
+        }
+      }
       float sc[Tile::BM / 2], dp[Tile::BM / 2];
       ptx::wgmma_fence();
       c.issue_scores(sc, dp, buf, s);
