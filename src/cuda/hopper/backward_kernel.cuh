@@ -801,7 +801,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       const int s = buf.stage(n), b = Buffers::DsRing::stage(n);
       ptx::barrier_wait(buf.q_full(s), buf.parity(n));
       ptx::barrier_wait(buf.t_full(s), buf.parity(n));  // not between issue and wait: a loop there serialises wgmma
-      if constexpr (!kRowSums) {
+      if constexpr (!kRowSums && Tile::BM < Tile::BN) {
         // This consumer's 64 keys all above the step's rows (a causal item's first step at 64-row steps): P and dS
         // are 0, dV and dK unchanged; its dS^T block for the dQ of this step is zero.
         if (w.j0 + 64 * me > st.i0 + Tile::BM - 1 + p.b.a.key_shift) {
