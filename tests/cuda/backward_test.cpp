@@ -281,6 +281,30 @@ INSTANTIATE_TEST_SUITE_P(All, BackwardDeterministic,
                                   std::to_string(kv.second);
                          });
 
+// The Hopper 192 / 128 bucket (no gate or sink) takes key tiles of 96 over steps of 64 rows: a row block's last rows
+// may lie in a later key tile than its first, or past the sequence's end (lengths off both sizes, dense T 280).
+TEST(Backward, DeterministicKeyTilesOf96) {
+  FLASHGATE_REQUIRE_GPU();
+  for (DType d : {DType::f16, DType::bf16}) {
+    for (auto [K, V] : std::vector<std::pair<int64_t, int64_t>>{{192, 128}, {160, 96}}) {
+      AttentionConfig c = base(d, K, V);
+      c.packed = {0, 15, 65, 100, 300, 1, 97, 170, 0, 280};
+      c.heads = 4;
+      c.kv_heads = K == 192 ? 1 : 4;
+      if (K != 192) c.window = 130;
+      c.deterministic = true;
+      check_backward(c, 3);
+    }
+    AttentionConfig c = base(d, 192, 128);
+    c.batch = 2;
+    c.seqlen = 280;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.deterministic = true;
+    check_backward(c, 3);
+  }
+}
+
 TEST(Backward, DeterministicLongPackedGqa) {
   FLASHGATE_REQUIRE_GPU();
   AttentionConfig c = base(DType::bf16, 128, 128);

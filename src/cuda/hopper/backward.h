@@ -67,11 +67,13 @@ struct DkdvTile {
 };
 
 // The wide buckets (K or V above 128, backward_wide_kernel.cuh): K, V up to 256 or 512, and K up to 192 with V up
-// to 128 (that common shape in the 256 bucket would do 1.6x its FLOPs). dK and dV of 64 keys do not fit one consumer's
-// registers, so the two consumers split the head dims instead of the keys. A CTA's item is BN = 64 keys of one kv
-// head; per step of BM = 64 query rows each consumer makes S and dP for 32 of the keys (queries as rows), both write
-// P and dS into shared memory, and then each accumulates dV^T = dO^T P and dK^T = Q^T dS for its 64-dim blocks of
-// the head dims (as rows, 64 keys as columns) and makes dQ = dS K for its 64-column blocks of the 64 query rows.
+// to 128 (that common shape in the 256 bucket would do 1.6x its FLOPs). dK and dV of a key tile do not fit one
+// consumer's registers, so the two consumers split the head dims instead of the keys. A CTA's item is BN keys of one
+// kv head (64; 96 at 192 / 128, whose accumulators leave room for them: each step's Q, dO and dQ then serve half as
+// many keys again, and those bytes through L2 bound the bucket at 64); per step of BM = 64 query rows each consumer
+// makes S and dP for BN / 2 of the keys (queries as rows), both write P and dS into shared memory, and then each
+// accumulates dV^T = dO^T P and dK^T = Q^T dS for its 64-dim blocks of the head dims (as rows, the keys as columns)
+// and makes dQ = dS K for its 64-column blocks of the 64 query rows.
 //
 // 512 / 512 (K or V above 256) pairs two CTAs in a cluster on one item, each with half of the head dims: a CTA holds
 // its halves of K, V, Q and dO, makes S and dP over its half (partial sums), hands its partials to the other CTA by
@@ -85,13 +87,14 @@ struct DkdvWideTile {
   static constexpr int kCtaK = kK / kPair, kCtaV = kV / kPair;  // the head dims a CTA holds
   // One Q / dO stage where shared memory has no room for a second beside the dQ slot (256 / 256) or the exchange
   // (pairs): dO is released once dV^T is made and Q once dK^T is, so that each reloads under the step's later products.
-  static constexpr int BN = 64, BM = 64, kStages = kPair == 2 || kCtaK == 256 ? 1 : 2, kKBlocks = kCtaK / 64,
-                       kVBlocks = kCtaV / 64;
+  static constexpr int BN = kK == 192 ? 96 : 64, BM = 64, kStages = kPair == 2 || kCtaK == 256 ? 1 : 2,
+                       kKBlocks = kCtaK / 64, kVBlocks = kCtaV / 64;
   static constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240;
   // Whether the bucket serves the row sums (a gate or a sink): 192 / 128's row-sum variant has ptxas serialize its
   // wgmmas (C7514), so those cases take the 256 bucket.
   static constexpr bool kServesRowSums = kK == kV;
-  static constexpr uint32_t kKBytes = BN * kCtaK * 2, kVBytes = BN * kCtaV * 2, kPBytes = BM * BN * 2;
+  // P and dS are [64-key block][BM rows][64] tiles (the last block part filled at BN 96).
+  static constexpr uint32_t kKBytes = BN * kCtaK * 2, kVBytes = BN * kCtaV * 2, kPBytes = BM * ((BN + 63) / 64 * 64) * 2;
   static constexpr uint32_t kQBytes = BM * kCtaK * 2, kDoBytes = BM * kCtaV * 2;
   static constexpr uint32_t kTermBytes = 2 * BM * 4;
   static constexpr uint32_t kSumBytes = 2 * 2 * 2 * BM * 4;  // E and mass partials of both consumers, two buffers
@@ -115,6 +118,8 @@ struct DkdvWideTile {
                 "head dims of the wide Hopper backward");
   static_assert(register_split_fits(3, kProducerRegs, kConsumerRegs), "register budget of the wide Hopper backward");
   static_assert(smem_bytes() <= 227 * 1024, "the wide Hopper backward's buffers exceed shared memory");
+  // dK and dV leave through the Q / dO stages as row-major [BN][kCtaK] and [BN][kCtaV] tiles.
+  static_assert(BN * (kCtaK + kCtaV) * 2 <= kStages * (kQBytes + kDoBytes), "dK and dV's staging fits the stages");
 };
 
 // Launches the dK/dV kernel of bucket kD (K, V <= kD) over the key tiles `keys` (tile_rows BN) on a persistent grid

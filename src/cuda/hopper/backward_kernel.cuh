@@ -97,8 +97,10 @@ __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const 
   w.valid = true;
   const KeySpan rows = rows_seeing_keys(w.j0, w.j0 + BN, w.seq.len, a.window, a.key_shift, key_len);
   // Steps start on a 16-row group (dQ's adds go by whole groups: dq_acc_offset); a slice pair's shifted rows may
-  // begin inside one, whose rows before the first seeing row the step's mask hides.
-  w.rows_begin = rows.begin & ~15;
+  // begin inside one, whose rows before the first seeing row the step's mask hides. Where BM does not divide BN (the
+  // 192 / 128 wide bucket) they start on a multiple of BM, so that every tile's steps cover the same row blocks
+  // (deterministic mode counts the adds per block).
+  w.rows_begin = BN % BM == 0 ? rows.begin & ~15 : rows.begin / BM * BM;
   w.tiles_per_head = rows.empty() ? 0 : (rows.end - w.rows_begin + BM - 1) / BM;
   w.steps = static_cast<int>(a.group) * w.tiles_per_head;
   return w;
@@ -169,10 +171,12 @@ __device__ __forceinline__ void count_dq_adds(int* counter, int adds) {
   }
 }
 
-// The adds a key tile at j0 waits for at the dQ rows at i0: `adds` per tile of every later tile that sees them.
-template <int BN>
-__device__ __forceinline__ int dq_turn(int i0, int j0, int adds) {
-  return adds * (i0 / BN - j0 / BN);
+// The adds a key tile at j0 waits for at the dQ rows from i0 (BM rows, those of the sequence of `len`): `adds` per
+// tile of every later tile that sees them, the tiles up to the one holding the block's last row as a key (i0 / BN's
+// where BM divides BN).
+template <int BN, int BM>
+__device__ __forceinline__ int dq_turn(int i0, int j0, int len, int adds) {
+  return adds * ((BN % BM == 0 ? i0 : min(i0 + BM, len) - 1) / BN - j0 / BN);
 }
 // The same in ascending order (BackwardParams::dq_ascending): `adds` per tile of every earlier tile whose walk of
 // row blocks of BM includes them. Heaviest first, each tile starts after the tiles before it, and walking the rows
@@ -369,7 +373,7 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
       count_dq_adds(made, Buf::kReleasers);
     }
     const int turn = w.up ? dq_turn_ascending<Tile::BN, Tile::BM>(st.i0, w.j0, p.a.window, tile_adds)
-                          : dq_turn<Tile::BN>(st.i0, w.j0, tile_adds);
+                          : dq_turn<Tile::BN, Tile::BM>(st.i0, w.j0, w.seq.len, tile_adds);
     wait_dq_turn(counter, turn, peek_dq_turns(counter));
     if (threadIdx.x % 32 == 0) ptx::barrier_arrive(buf.turn_ready(Buf::TurnRing::stage(n)));
     made = counter;

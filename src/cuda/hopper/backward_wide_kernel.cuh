@@ -212,27 +212,29 @@ struct Exchange {
 // index only offsets the blocks); else each has its own (kMe; two copies of the code in the kernel).
 constexpr int kEitherConsumer = -1;
 
-// Consumer warpgroup me: keys 32 me.. of the tile for S and dP; for dK^T and dV^T (head dims as rows) and dQ (head
-// dims as columns) its blocks (kDkCount from dk_first(), kDvCount from dv_first()). kMe: me at compile time, or
-// kEitherConsumer.
+// Consumer warpgroup me: keys BN / 2 me.. of the tile for S and dP; for dK^T and dV^T (head dims as rows) and dQ
+// (head dims as columns) its blocks (kDkCount from dk_first(), kDvCount from dv_first(), kDqCount from dq_first()).
+// kMe: me at compile time, or kEitherConsumer.
 template <class T, int kK, int kV, bool kRowSums, int kMe>
 class Consumer {
   using Tile = DkdvWideTile<kK, kV>;
   using Buf = Buffers<kK, kV>;
   static constexpr int BM = Tile::BM, BN = Tile::BN;
   static constexpr int kKeys = BN / 2;  // S, dP columns of this consumer
-  static constexpr int kS = kKeys / 2;  // S, dP accumulators per thread (m64n32)
+  static constexpr int kS = kKeys / 2;  // S, dP accumulators per thread (m64 n kKeys)
   static constexpr bool kSquare = kK == kV;  // 256 / 256 or 512 / 512, else 192 / 128
   static constexpr int kCtaK = Tile::kCtaK, kCtaV = Tile::kCtaV;  // this CTA's head dims (a pair's half)
   static_assert(kSquare || kMe == 0 || kMe == 1, "192 / 128 gives the consumers different blocks");
   using Scale = PScale<T, kRowSums>;  // P's factor (element.h) where a sink can come: with the row sums
-  // Counts of this consumer's blocks: dK^T rows (= dQ columns) and dV^T rows.
-  static constexpr int kDkCount = kSquare ? 2 : kMe == 0 ? 2 : 1, kDvCount = kSquare ? 2 : kMe == 0 ? 0 : 2;
-  static_assert(2 * kDkCount + kDvCount == (2 * Tile::kKBlocks + Tile::kVBlocks) / 2,
+  // Counts of this consumer's blocks: dK^T rows, dV^T rows and dQ columns. 256 / 256 halves every kind; 192 / 128
+  // gives consumer 0 the three dK^T blocks and dQ's first, consumer 1 the two dV^T blocks and dQ's other two.
+  static constexpr int kDkCount = kSquare ? 2 : kMe == 0 ? 3 : 0, kDvCount = kSquare ? 2 : kMe == 0 ? 0 : 2;
+  static constexpr int kDqCount = kSquare ? 2 : kMe == 0 ? 1 : 2;
+  static_assert(kDkCount + kDvCount + kDqCount == (2 * Tile::kKBlocks + Tile::kVBlocks) / 2,
                 "both consumers make as many blocks");
 
  public:
-  static constexpr int kDqAcc = kDkCount * 32;  // accumulators per thread of dQ (m64, n 64 kDkCount)
+  static constexpr int kDqAcc = kDqCount * 32;  // accumulators per thread of dQ (m64, n 64 kDqCount)
 
   // rank: the CTA's place in its pair (0 alone), whose half of the head dims it makes.
   __device__ __forceinline__ Consumer(const bwd::BackwardParams& p, const KeyWork& w, int me, int rank)
@@ -247,10 +249,10 @@ class Consumer {
       for (int i = 0; i < BN / 2; ++i) dv_[t][i] = 0.f;
   }
 
-  // The first of this consumer's blocks: 256 / 256 halves every kind; 192 / 128 gives consumer 0 dK^T (and dQ) blocks
-  // 0-1, consumer 1 dK^T block 2 and dV^T blocks 0-1.
-  __device__ __forceinline__ int dk_first() const { return kSquare ? 2 * me_ : me_ == 0 ? 0 : 2; }
+  // The first of this consumer's blocks of each kind.
+  __device__ __forceinline__ int dk_first() const { return kSquare ? 2 * me_ : 0; }
   __device__ __forceinline__ int dv_first() const { return kSquare ? 2 * me_ : 0; }
+  __device__ __forceinline__ int dq_first() const { return kSquare ? 2 * me_ : me_; }
 
   // kRowSums: this consumer's keys' terms Gc_key log2 e for query head h (0 without a gate; a slice pair's relative
   // to its anchor, gate_anchor) into `terms` (shared, [BN]); every thread of the consumer calls it, after the last
@@ -372,8 +374,8 @@ class Consumer {
     }
   }
 
-  // This consumer's columns of x into a [64 rows][64 keys] swizzled tile, then a fence so that the tensor cores see
-  // them.
+  // This consumer's columns of x into a [64-key block][64 rows][64] swizzled tile, then a fence so that the tensor
+  // cores see them.
   __device__ __forceinline__ void store_tile(const float (&x)[kS], T* tile) const {
     unsigned char* bytes = reinterpret_cast<unsigned char*>(tile);
 #pragma unroll
@@ -381,7 +383,9 @@ class Consumer {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = row(half), chunk = key(j, 0) / 8;
-        *reinterpret_cast<uint32_t*>(bytes + ptx::swizzled_chunk(r, chunk) + 4 * (lane_ % 4)) =
+        const int at = BN > 64 ? chunk / 8 * ptx::swizzle_block_bytes(BM) + ptx::swizzled_chunk(r, chunk % 8)
+                               : ptx::swizzled_chunk(r, chunk);
+        *reinterpret_cast<uint32_t*>(bytes + at + 4 * (lane_ % 4)) =
             ptx::pack2<T>(x[4 * j + 2 * half], x[4 * j + 2 * half + 1]);
       }
     ptx::fence_async_shared();
@@ -409,10 +413,10 @@ class Consumer {
     ptx::wgmma_commit();
   }
   __device__ __forceinline__ void issue_dq(float (&dq)[kDqAcc], const Buf& buf, const T* ds) const {
-    const T* k = buf.template k<T>() + dk_first() * BN * 64;  // 64-column blocks dk_first().. of K
+    const T* k = buf.template k<T>() + dq_first() * BN * 64;  // 64-column blocks dq_first().. of K
 #pragma unroll
     for (int s = 0; s < BN / 16; ++s)
-      ptx::Wgmma<T, 64 * kDkCount, 1>::ss(dq, ptx::k_major_descriptor(ds, BM, s), ptx::mn_major_descriptor(k, BN, s),
+      ptx::Wgmma<T, 64 * kDqCount, 1>::ss(dq, ptx::k_major_descriptor(ds, BM, s), ptx::mn_major_descriptor(k, BN, s),
                                            s > 0);
     ptx::wgmma_commit();
   }
@@ -420,12 +424,12 @@ class Consumer {
   // Adds dQ (rows as the accumulator's warp rows, this consumer's columns) into dq_acc's fragment order.
   __device__ __forceinline__ void add_dq(const float (&dq)[kDqAcc], int64_t h, int i0) const {
     const AttentionParams& a = p_.a;
-    const int i_first = i0 + 16 * warp_, col0 = kCtaK * rank_ + 64 * dk_first();
+    const int i_first = i0 + 16 * warp_, col0 = kCtaK * rank_ + 64 * dq_first();
     if (i_first >= w_.seq.len) return;
     const int64_t row0 = bwd::dq_row(a, w_.seq.batch, h, w_.seq_index, w_.seq.start);
     float* at = p_.dq_acc + bwd::dq_acc_offset(row0, i_first, col0, p_.K16) + 4 * lane_;
 #pragma unroll
-    for (int j = 0; j < 8 * kDkCount; ++j) {
+    for (int j = 0; j < 8 * kDqCount; ++j) {
       if (col0 + 8 * j >= p_.K16) break;
 #if FG_HOPPER_BWD_BODY
       ptx::red_add_v4_f32(at + j * 128, make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]));
@@ -437,7 +441,7 @@ class Consumer {
   // it - 1's; then this thread's arrival on dq_full.
   __device__ __forceinline__ void stage_dq(const float (&dq)[kDqAcc], const Buf& buf, int it) const {
     Buf::DqRing::wait_free(buf.dq_empty(), it);
-    dq_staging::write_group(dq, buf.dq_slot(), warp_, 8 * dk_first(), p_.K16 / 8);
+    dq_staging::write_group(dq, buf.dq_slot(), warp_, 8 * dq_first(), p_.K16 / 8);
     ptx::barrier_arrive(buf.dq_full());
   }
 
@@ -478,8 +482,8 @@ class Consumer {
   const bwd::BackwardParams& p_;
   const KeyWork w_;
   const int me_, rank_, lane_, warp_;
-  // dK^T, dV^T: m64nBN tiles, head dims as rows (one unused tile where a consumer has no dV block).
-  float dk_[kDkCount][BN / 2], dv_[kDvCount > 0 ? kDvCount : 1][BN / 2];
+  // dK^T, dV^T: m64nBN tiles, head dims as rows (one unused tile where a consumer has none of a kind).
+  float dk_[kDkCount > 0 ? kDkCount : 1][BN / 2], dv_[kDvCount > 0 ? kDvCount : 1][BN / 2];
   // kRowSums: the thread's keys' dS column sums (key(j, odd) at 2j + odd).
   float colsum_[kRowSums ? kKeys / 4 : 1] = {};
 };
@@ -604,11 +608,13 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
   // Keys no query row sees (window 0) still get their zero column sums.
   if (kRowSums && w.steps == 0)
     for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h, buf.colsums());
-  // dK and dV through stage 0's Q and dO buffers: every step's reads of them are done once both consumers are here.
+  // dK and dV through the Q and dO stages: every step's reads of them are done once both consumers are here.
+  T* const dk_tile = buf.template q<T>(0);
+  T* const dv_tile = dk_tile + Tile::BN * Tile::kCtaK;
   both_consumers(1);
-  c.stage_out(buf.template q<T>(0), buf.template dout<T>(0));
+  c.stage_out(dk_tile, dv_tile);
   both_consumers(1);
-  bwd_wide::copy_out<T, kK, kV>(p.b, w, rank, buf.template q<T>(0), buf.template dout<T>(0));
+  bwd_wide::copy_out<T, kK, kV>(p.b, w, rank, dk_tile, dv_tile);
 }
 
 }  // namespace bwd_wide

@@ -57,9 +57,10 @@ int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev
 }  // namespace
 
 int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p) {
-  static_assert(cuda::hopper::DkdvWideTile<192, 128>::BN == cuda::hopper::DkdvWideTile<256, 256>::BN &&
-                cuda::hopper::DkdvWideTile<512, 512>::BN == cuda::hopper::DkdvWideTile<256, 256>::BN);
-  return wide(p) ? cuda::hopper::DkdvWideTile<256, 256>::BN : cuda::hopper::DkdvTile<64>::BN;
+  static_assert(cuda::hopper::DkdvWideTile<512, 512>::BN == cuda::hopper::DkdvWideTile<256, 256>::BN &&
+                cuda::hopper::DkdvTile<64>::BN == cuda::hopper::DkdvTile<128>::BN);
+  if (!wide(p)) return cuda::hopper::DkdvTile<64>::BN;
+  return wide_192_128(p) ? cuda::hopper::DkdvWideTile<192, 128>::BN : cuda::hopper::DkdvWideTile<256, 256>::BN;
 }
 
 bool hopper_dkdv_sums_sink(const cuda::bwd::BackwardParams& p) {

@@ -4,7 +4,7 @@ use. Inline PTX needs every accumulator as its own operand, so each shape is spe
 place that spells them. Run it after changing SHAPES: python3 src/cuda/ptx/wgmma_generate.py"""
 import pathlib
 
-SHAPES = [16, 32, 64, 80, 96, 128, 192, 256]
+SHAPES = [16, 32, 48, 64, 80, 96, 128, 192, 256]
 TYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
 
 
