@@ -1,4 +1,4 @@
-// The Hopper backward's wide buckets (sm_90a): dK, dV of one key tile of 64 keys and one kv head for K and V up to
+// The Hopper backward's wide buckets (sm_90a): dK, dV of one key tile (BN keys) and one kv head for K and V up to
 // 256 or 512 (a pair of CTAs, each with half of the head dims), or K up to 192 with V up to 128; fp16/bf16, both
 // modes; dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row sums E (and, with a gate,
 // the mass) and the gate's column sums of dS. Its shape is backward.h's DkdvWideTile: the two consumers split the
@@ -6,17 +6,17 @@
 //
 // Warpgroup 0 produces exactly as in the narrow kernel (backward_kernel.cuh: bwd_detail::produce, stage_terms); where
 // the bucket stages dQ (DkdvWideTile::kStagedDq) its warp 3 adds the consumers' staged dQ (bwd_detail::write_dq).
-// A consumer's step: S and dP of its 32 keys (queries as rows, P made while dP runs), dS; once the other consumer is
-// done with the last step's P and dS, P and dS into shared memory; once both consumers' halves are in, dV^T += dO^T P
-// and dK^T += Q^T dS for its 64-dim blocks and dQ = dS K for its 64-column blocks, staged for the writer warp or added
-// by the consumer; dK and dV leave through shared memory at the end. Each consumer owns a range of blocks of each kind
-// so that both make as many: 256 / 256 halves every kind; 192 / 128 gives consumer 0 dK and dQ blocks 0-1, consumer 1
-// dK and dQ block 2 and dV blocks 0-1. A pair (512 / 512) is two 256 / 256 CTAs on the two halves of the head dims that
-// swap their partial S and dP each step (Exchange) and make the same P and dS from the sums.
+// A consumer's step: S and dP of its BN / 2 keys (queries as rows, P made while dP runs), dS; once the other consumer
+// is done with the last step's P and dS, P and dS into shared memory; once both consumers' halves are in, dV^T +=
+// dO^T P and dK^T += Q^T dS for its 64-dim blocks and dQ = dS K for its 64-column blocks, staged for the writer warp
+// or added by the consumer; dK and dV leave through shared memory at the end. Each consumer owns a range of blocks of
+// each kind so that both make as many: 256 / 256 halves every kind; 192 / 128 gives consumer 0 the dK blocks and dQ
+// block 0, consumer 1 the dV blocks and dQ blocks 1-2. A pair (512 / 512) is two 256 / 256 CTAs on the two halves of
+// the head dims that swap their partial S and dP each step (Exchange) and make the same P and dS from the sums.
 //
-// Shared memory (kK, kV: the CTA's head dims, a pair's half): K [kK/64][64 keys][64], V [kV/64][64 keys][64]; per
-// stage Q [kK/64][64 rows][64], dO [kV/64][64 rows][64]; P, dS [64 rows][64 keys] (per P / dS buffer); a pair's
-// exchange slots [2][consumer][S | dP][4 float4][128 threads]; the terms [stage][lse | D][64]; the row sums'
+// Shared memory (kK, kV: the CTA's head dims, a pair's half): K [kK/64][BN keys][64], V [kV/64][BN keys][64]; per
+// stage Q [kK/64][64 rows][64], dO [kV/64][64 rows][64]; P, dS [BN/64 key blocks][64 rows][64] (per P / dS buffer);
+// a pair's exchange slots [2][consumer][S | dP][4 float4][128 threads]; the terms [stage][lse | D][64]; the row sums'
 // partials [2][consumer][E | mass][64] and the column sums' [consumer][warp][32], the gate's key terms [64]; with
 // kStagedDq the staged dQ tile [16-row group][chunk][lane] float4 (dq_staging.cuh). Every
 // 64-column block 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts): P and dS serve as MN-
@@ -452,7 +452,7 @@ class Consumer {
     for (int t = 0; t < kDvCount; ++t) ptx::wgmma_hold(dv_[t]);
   }
 
-  // dK^T (times scale) and dV^T into row-major [64 keys][kK] and [64 keys][kV] tiles of T in shared memory (dk_tile,
+  // dK^T (times scale) and dV^T into row-major [BN keys][kK] and [BN keys][kV] tiles of T in shared memory (dk_tile,
   // dv_tile), this consumer's blocks; the caller copies them out once both consumers wrote theirs.
   __device__ __forceinline__ void stage_out(T* dk_tile, T* dv_tile) const {
 #pragma unroll
@@ -463,7 +463,7 @@ class Consumer {
 
  private:
   // One m64n64 block of dK^T or dV^T (head dims 64 block.. as rows, keys as columns), times `factor`, into its
-  // columns of a row-major [64 keys][kDim] tile.
+  // columns of a row-major [BN keys][kDim] tile.
   template <int kDim>
   __device__ __forceinline__ void stage_block(const float (&x)[BN / 2], int block, float factor, T* tile) const {
     const int g = lane_ / 4, c = lane_ % 4;
@@ -488,7 +488,7 @@ class Consumer {
   float colsum_[kRowSums ? kKeys / 4 : 1] = {};
 };
 
-// The staged dK and dV tiles ([64 keys][kCtaK] and [64 keys][kCtaV]) to dk and dv by 16-byte pieces, all 256
+// The staged dK and dV tiles ([BN keys][kCtaK] and [BN keys][kCtaV]) to dk and dv by 16-byte pieces, all 256
 // consumer threads; a pair's CTA `rank` has columns kCtaK rank.. (kCtaV rank.. of dv).
 template <class T, int kK, int kV>
 __device__ __forceinline__ void copy_out(const bwd::BackwardParams& p, const KeyWork& w, int rank, const T* dk_tile,
@@ -619,7 +619,7 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
 
 }  // namespace bwd_wide
 
-// One CTA per (key tile of 64 keys, kv head), the tiles most query rows see first (deterministic mode: lightest); a
+// One CTA per (key tile, kv head), the tiles most query rows see first (deterministic mode: lightest); a
 // cluster of two per item where the bucket pairs CTAs.
 template <class T, int kK, int kV, bool kRowSums>
 __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
