@@ -94,7 +94,8 @@ struct DkdvWideTile {
   // wgmmas (C7514), so those cases take the 256 bucket.
   static constexpr bool kServesRowSums = kK == kV;
   // P and dS are [64-key block][BM rows][64] tiles (the last block part filled at BN 96).
-  static constexpr uint32_t kKBytes = BN * kCtaK * 2, kVBytes = BN * kCtaV * 2, kPBytes = BM * ((BN + 63) / 64 * 64) * 2;
+  static constexpr uint32_t kKBytes = BN * kCtaK * 2, kVBytes = BN * kCtaV * 2;
+  static constexpr uint32_t kPBytes = BM * ((BN + 63) / 64 * 64) * 2;
   static constexpr uint32_t kQBytes = BM * kCtaK * 2, kDoBytes = BM * kCtaV * 2;
   static constexpr uint32_t kTermBytes = 2 * BM * 4;
   static constexpr uint32_t kSumBytes = 2 * 2 * 2 * BM * 4;  // E and mass partials of both consumers, two buffers
