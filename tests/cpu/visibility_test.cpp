@@ -5,6 +5,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "cuda/common/visibility.h"
 
@@ -121,6 +122,31 @@ TEST(Visibility, FirstKeyTileWalkingMatchesTheWalks) {
           ASSERT_EQ(first_key_tile_walking(row_begin, window, cols, rows), want)
               << "cols " << cols << " rows " << rows << " len " << len << " window " << window << " block " << block;
         }
+      }
+}
+
+// walk_begin and later_tiles_walking against the walks themselves: for every key tile and every row block its walk
+// (rows_seeing_keys from walk_begin, in whole blocks) covers, the later tiles whose walks cover that block.
+TEST(Visibility, LaterTilesWalkingMatchesTheWalks) {
+  for (auto [cols, rows] : {std::pair{64, 64}, std::pair{128, 64}, std::pair{128, 128}, std::pair{96, 64}})
+    for (int len : {1, 5, 63, 64, 65, 95, 96, 97, 127, 128, 129, 191, 192, 193, 280, 300, 1000})
+      for (int window : {-1, 1, 63, 64, 65, 100, 129, 300, 5000}) {
+        std::vector<std::pair<int, int>> walks;  // [first row, end row) of each tile's walk, in whole blocks
+        for (int t = 0; t * cols < len; ++t) {
+          const KeySpan seen = rows_seeing_keys(t * cols, t * cols + cols, len, window);
+          const int begin = seen.empty() ? 0 : walk_begin(seen.begin, cols, rows);
+          walks.emplace_back(begin, seen.empty() ? 0 : begin + (seen.end - begin + rows - 1) / rows * rows);
+        }
+        for (int t = 0; t < static_cast<int>(walks.size()); ++t)
+          for (int row_begin = walks[t].first; row_begin < walks[t].second; row_begin += rows) {
+            ASSERT_EQ(row_begin % (cols % rows == 0 ? 16 : rows), 0);
+            int want = 0;
+            for (int later = t + 1; later < static_cast<int>(walks.size()); ++later)
+              want += walks[later].first <= row_begin && row_begin < walks[later].second;
+            ASSERT_EQ(later_tiles_walking(row_begin, t, len, cols, rows), want)
+                << "cols " << cols << " rows " << rows << " len " << len << " window " << window << " tile " << t
+                << " block at " << row_begin;
+          }
       }
 }
 

@@ -89,6 +89,21 @@ FG_HOST_DEVICE KeySpan rows_seeing_keys(int col_begin, int col_end, int len, int
   return s;
 }
 
+// The first row of a key tile's walk over row blocks of `rows`, from its first seeing row `seen_begin`: that row's
+// 16-row group (dQ's adds go by whole groups); where `rows` does not divide the tile's `cols`, the row block holding
+// it, so that every tile's walk covers the same row blocks (deterministic mode counts the adds per block).
+FG_HOST_DEVICE int walk_begin(int seen_begin, int cols, int rows) {
+  return cols % rows == 0 ? seen_begin & ~15 : seen_begin / rows * rows;
+}
+
+// Deterministic mode's descending order: how many key tiles after tile `tile` walk the row block at row_begin (of
+// `rows` rows, in a sequence of `len`): every tile up to the one holding the block's last row as a key (the block's
+// first row's where `rows` divides `cols`: the walks begin on tile boundaries there).
+FG_HOST_DEVICE int later_tiles_walking(int row_begin, int tile, int len, int cols, int rows) {
+  const int last = cols % rows == 0 ? row_begin : (row_begin + rows < len ? row_begin + rows : len) - 1;
+  return last / cols - tile;
+}
+
 // A key-major walk over row blocks: the key tile at col_begin = t * cols walks the rows_seeing_keys of its columns
 // in blocks of `rows` from col_begin (the last block may reach past them). The first key tile whose walk includes
 // the row block at row_begin (< len): 0 without a window; with one, the first whose seen rows, rounded up to whole

@@ -96,11 +96,9 @@ __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const 
   if (w.j0 >= key_len) return w;
   w.valid = true;
   const KeySpan rows = rows_seeing_keys(w.j0, w.j0 + BN, w.seq.len, a.window, a.key_shift, key_len);
-  // Steps start on a 16-row group (dQ's adds go by whole groups: dq_acc_offset); a slice pair's shifted rows may
-  // begin inside one, whose rows before the first seeing row the step's mask hides. Where BM does not divide BN (the
-  // 192 / 128 wide bucket) they start on a multiple of BM, so that every tile's steps cover the same row blocks
-  // (deterministic mode counts the adds per block).
-  w.rows_begin = BN % BM == 0 ? rows.begin & ~15 : rows.begin / BM * BM;
+  // Steps start where walk_begin says (visibility.h); a slice pair's shifted rows may begin inside a 16-row group,
+  // whose rows before the first seeing row the step's mask hides.
+  w.rows_begin = walk_begin(rows.begin, BN, BM);
   w.tiles_per_head = rows.empty() ? 0 : (rows.end - w.rows_begin + BM - 1) / BM;
   w.steps = static_cast<int>(a.group) * w.tiles_per_head;
   return w;
@@ -171,12 +169,11 @@ __device__ __forceinline__ void count_dq_adds(int* counter, int adds) {
   }
 }
 
-// The adds a key tile at j0 waits for at the dQ rows from i0 (BM rows, those of the sequence of `len`): `adds` per
-// tile of every later tile that sees them, the tiles up to the one holding the block's last row as a key (i0 / BN's
-// where BM divides BN).
+// The adds a key tile at j0 waits for at the dQ rows from i0 (BM rows of a sequence of `len`): `adds` per tile of
+// every later tile that walks them.
 template <int BN, int BM>
 __device__ __forceinline__ int dq_turn(int i0, int j0, int len, int adds) {
-  return adds * ((BN % BM == 0 ? i0 : min(i0 + BM, len) - 1) / BN - j0 / BN);
+  return adds * later_tiles_walking(i0, j0 / BN, len, BN, BM);
 }
 // The same in ascending order (BackwardParams::dq_ascending): `adds` per tile of every earlier tile whose walk of
 // row blocks of BM includes them. Heaviest first, each tile starts after the tiles before it, and walking the rows
