@@ -383,6 +383,8 @@ class Consumer {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = row(half), chunk = key(j, 0) / 8;
+        // One 64-key block where BN is 64 (written apart: with the consumer index known only at run time, the
+        // block arithmetic cost the 512 pair's row-sum consumer 12 more bytes of spills).
         const int at = BN > 64 ? chunk / 8 * ptx::swizzle_block_bytes(BM) + ptx::swizzled_chunk(r, chunk % 8)
                                : ptx::swizzled_chunk(r, chunk);
         *reinterpret_cast<uint32_t*>(bytes + at + 4 * (lane_ % 4)) =
