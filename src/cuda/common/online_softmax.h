@@ -26,6 +26,15 @@ struct SoftmaxRow {
     return factor;
   }
 
+  // `rescale`, lazily: the running max moves only where the tile's exceeds it by more than kLazySlack (log2
+  // units), so once a row's maxima settle its tiles return factor 1 and the accumulators need no multiply. Until
+  // it moves, exp2(score - max2) reaches up to 2^kLazySlack, which fp32 sums and fp16 / bf16 probabilities hold;
+  // o and lse do not depend on the max the row is summed against.
+  static constexpr float kLazySlack = 8.f;
+  FG_HOST_DEVICE float rescale_lazily(float tile_max2) {
+    return tile_max2 > max2 + kLazySlack ? rescale(tile_max2) : 1.f;
+  }
+
   // What to subtract from a score before exp2: the running max, or 0 while it is -inf (then every score
   // of the row is -inf too and exp2 gives 0 instead of NaN).
   FG_HOST_DEVICE float exp_offset() const { return max2 == -INFINITY ? 0.f : max2; }

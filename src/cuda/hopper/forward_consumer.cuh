@@ -67,6 +67,9 @@ class Consumer {
   static constexpr int BN = Tile::BN;
   static constexpr int kOCols = Tile::kOutCols;
   static constexpr int kO = kOCols / 2;  // output accumulators per thread
+  // The lazy rescale (SoftmaxRow::rescale_lazily) pays where the output accumulators outnumber the scores (256 /
+  // 256 and split V: 128 against 40 / 32); at 64 and 128 the warp's vote and branch cost more than the multiplies.
+  static constexpr bool kLazy = kO > BN / 2;
 
  public:
   static constexpr int kS = BN / 2;  // score accumulators per thread (m64nBN)
@@ -183,7 +186,8 @@ class Consumer {
       float tile_max = -INFINITY;
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]));
-      factor[half] = rows_[half].rescale(quad_max(tile_max) * exp_scale);
+      const float tile_max2 = quad_max(tile_max) * exp_scale;
+      factor[half] = kLazy ? rows_[half].rescale_lazily(tile_max2) : rows_[half].rescale(tile_max2);
       const float off = rows_[half].exp_offset();
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j) {
@@ -197,7 +201,10 @@ class Consumer {
     return make_float2(factor[0], factor[1]);
   }
 
+  // Lazily (kLazy), a warp whose rows all kept their max (factor 1) skips the multiplies.
   __device__ __forceinline__ void rescale_output(float2 factor) {
+    if constexpr (kLazy)
+      if (!__any_sync(0xffffffffu, factor.x != 1.f || factor.y != 1.f)) return;
 #pragma unroll
     for (int j = 0; j < kOCols / 8; ++j) {
       o_[4 * j + 0] *= factor.x, o_[4 * j + 1] *= factor.x;
