@@ -89,41 +89,34 @@ class Consumer {
 
   __device__ __forceinline__ bool gated() const { return gc_ != nullptr; }
 
-  // Issues S = Q K^T for the key tile `k` as one wgmma group.
+  // Issues S = Q K^T for the key tile `k` as one wgmma group, each k-step's descriptors from the two bases by an add.
+  // Split V's 32 steps would have them hoisted out of the block loop (128 registers): there the bases are made
+  // opaque per call.
   __device__ __forceinline__ void issue_scores(float (&s)[kS], const T* k) const {
-    if constexpr (Tile::kSplitV) {
-      // 32 k-steps: their descriptors, hoisted out of the block loop, would hold 128 registers. Each step's comes
-      // from the two bases by an add instead (ptx::descriptor_step), the bases made opaque per call.
-      const uint64_t q0 = ptx::opaque(ptx::k_major_descriptor(sq_, Tile::BM, 0));
-      const uint64_t k0 = ptx::opaque(ptx::k_major_descriptor(k, BN, 0));
+    uint64_t q0 = ptx::k_major_descriptor(sq_, Tile::BM, 0), k0 = ptx::k_major_descriptor(k, BN, 0);
+    if constexpr (Tile::kSplitV) q0 = ptx::opaque(q0), k0 = ptx::opaque(k0);
 #pragma unroll
-      for (int step = 0; step < kK / 16; ++step)
-        ptx::Wgmma<T, BN, 0>::ss(s, ptx::descriptor_step(q0, Tile::BM, step), ptx::descriptor_step(k0, BN, step),
-                                 step > 0);
-    } else {
-#pragma unroll
-      for (int step = 0; step < kK / 16; ++step)
-        ptx::Wgmma<T, BN, 0>::ss(s, ptx::k_major_descriptor(sq_, Tile::BM, step),
-                                 ptx::k_major_descriptor(k, BN, step), step > 0);
-    }
+    for (int step = 0; step < kK / 16; ++step)
+      ptx::Wgmma<T, BN, 0>::ss(s, ptx::descriptor_step(q0, Tile::BM, step), ptx::descriptor_step(k0, BN, step),
+                               step > 0);
     ptx::wgmma_commit();
   }
 
   // Issues O += P V for the value tile `v` as one wgmma group (V read transposed from its TMA layout; this
   // consumer's columns from kCol0).
   __device__ __forceinline__ void issue_pv(const Probs& pa, const T* v) {
+    const uint64_t v0 = ptx::mn_major_descriptor(my_columns(v), BN, 0);
 #pragma unroll
-    for (int t = 0; t < BN / 16; ++t)
-      ptx::Wgmma<T, kOCols, 1>::rs(o_, pa[t], ptx::mn_major_descriptor(my_columns(v), BN, t), true);
+    for (int t = 0; t < BN / 16; ++t) ptx::Wgmma<T, kOCols, 1>::rs(o_, pa[t], ptx::mn_major_step(v0, t), true);
     ptx::wgmma_commit();
   }
 
   // Split V, consumer 1: O += P V with P from the shared buffer `p` (store_probs' layout).
   __device__ __forceinline__ void issue_pv_shared(const T* p, const T* v) {
+    const uint64_t p0 = ptx::k_major_descriptor(p, Tile::BM, 0), v0 = ptx::mn_major_descriptor(my_columns(v), BN, 0);
 #pragma unroll
     for (int t = 0; t < BN / 16; ++t)
-      ptx::Wgmma<T, kOCols, 1>::ss(o_, ptx::k_major_descriptor(p, Tile::BM, t),
-                                   ptx::mn_major_descriptor(my_columns(v), BN, t), true);
+      ptx::Wgmma<T, kOCols, 1>::ss(o_, ptx::descriptor_step(p0, Tile::BM, t), ptx::mn_major_step(v0, t), true);
     ptx::wgmma_commit();
   }
 

@@ -59,10 +59,16 @@ __device__ __forceinline__ uint64_t k_major_descriptor(const void* tile, int row
   return smem_descriptor(base, 16, 1024);
 }
 
-// k_major_descriptor(tile, rows, step) from k_major_descriptor(tile, rows, 0) by one add (the start address field,
-// bits 0-13 in 16-byte units, cannot carry: shared memory ends below 256 KB).
+// Descriptor `d` moved on by `bytes` (a multiple of 16). The start address field (bits 0-13, in 16-byte units)
+// cannot carry, shared memory ending below 256 KB, so only the low word changes: one 32-bit add, where a descriptor
+// made from its address again costs a chain of uniform shifts and masks in front of its wgmma.
+__device__ __forceinline__ uint64_t descriptor_plus(uint64_t d, uint32_t bytes) {
+  return (d & ~uint64_t{0xFFFFFFFFu}) | (static_cast<uint32_t>(d) + (bytes >> 4));
+}
+
+// k_major_descriptor(tile, rows, step) from k_major_descriptor(tile, rows, 0).
 __device__ __forceinline__ uint64_t descriptor_step(uint64_t first, int rows, int step) {
-  return first + (((step / 4) * swizzle_block_bytes(rows) + (step % 4) * 32) >> 4);
+  return descriptor_plus(first, (step / 4) * swizzle_block_bytes(rows) + (step % 4) * 32);
 }
 
 // A copy of `x` the compiler cannot see through: values made from it are not hoisted out of loops.
@@ -75,6 +81,9 @@ __device__ __forceinline__ uint64_t opaque(uint64_t x) {
 __device__ __forceinline__ uint64_t mn_major_descriptor(const void* tile, int rows, int step) {
   return smem_descriptor(static_cast<const char*>(tile) + step * 2048, swizzle_block_bytes(rows), 1024);
 }
+
+// mn_major_descriptor(tile, rows, step) from mn_major_descriptor(tile, rows, 0).
+__device__ __forceinline__ uint64_t mn_major_step(uint64_t first, int step) { return descriptor_plus(first, step * 2048); }
 
 // ---- ordering -------------------------------------------------------------------------------------------------
 
