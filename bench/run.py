@@ -119,7 +119,7 @@ def run_training(args, contenders, results):
             except Exception as e:  # noqa: BLE001
                 c["status"] = f"cannot run: {short(e)}"
         names = list(timed)
-        for r in range(ROUNDS):
+        for r in range(ROUNDS if names else 0):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 c = entry["contenders"][name]
                 if c.get("status", "ok") != "ok":
@@ -129,9 +129,8 @@ def run_training(args, contenders, results):
                     c["status"] = "ok"
                 except Exception as e:  # noqa: BLE001
                     c["status"] = f"cannot run: {short(e)}"
-        for name in names:
-            c = entry["contenders"][name]
-            if c["status"] == "ok":
+        for name, c in entry["contenders"].items():
+            if c.get("status") == "ok":
                 c.update(combine_rounds(c["rounds"], row))
             log(f"    {name:10s} {c.get('status')} "
                 f"{c.get('fwd_tflops', 0):7.1f} / {c.get('bwd_tflops', 0):7.1f} TFLOP/s")
