@@ -449,17 +449,16 @@ class Consumer {
                                                int stage) const {
     const T* k = buf.template k<T>() + 64 * me_ * 64;  // rows 64 me.. of every 64-column block
     const T* v = buf.template v<T>() + 64 * me_ * 64;
+    const uint64_t k0 = ptx::k_major_descriptor(k, BN, 0), q0 = ptx::k_major_descriptor(buf.template q<T>(stage), BM, 0);
 #pragma unroll
-    for (int step = 0; step < kD / 16; ++step) {
-      ptx::Wgmma<T, BM, 0>::ss(s, ptx::k_major_descriptor(k, BN, step),
-                               ptx::k_major_descriptor(buf.template q<T>(stage), BM, step), step > 0);
-    }
+    for (int step = 0; step < kD / 16; ++step)
+      ptx::Wgmma<T, BM, 0>::ss(s, ptx::descriptor_step(k0, BN, step), ptx::descriptor_step(q0, BM, step), step > 0);
     ptx::wgmma_commit();
+    const uint64_t v0 = ptx::k_major_descriptor(v, BN, 0),
+                   do0 = ptx::k_major_descriptor(buf.template dout<T>(stage), BM, 0);
 #pragma unroll
-    for (int step = 0; step < kD / 16; ++step) {
-      ptx::Wgmma<T, BM, 0>::ss(dp, ptx::k_major_descriptor(v, BN, step),
-                               ptx::k_major_descriptor(buf.template dout<T>(stage), BM, step), step > 0);
-    }
+    for (int step = 0; step < kD / 16; ++step)
+      ptx::Wgmma<T, BM, 0>::ss(dp, ptx::descriptor_step(v0, BN, step), ptx::descriptor_step(do0, BM, step), step > 0);
     ptx::wgmma_commit();
   }
 
@@ -588,16 +587,16 @@ class Consumer {
 
   // dV += P^T dO (dO read transposed from its TMA layout), as one wgmma group.
   __device__ __forceinline__ void issue_dv(const Operand& pt, const Buffers<kD>& buf, int stage) {
+    const uint64_t do0 = ptx::mn_major_descriptor(buf.template dout<T>(stage), BM, 0);
 #pragma unroll
-    for (int t = 0; t < BM / 16; ++t)
-      ptx::Wgmma<T, kD, 1>::rs(dv_, pt[t], ptx::mn_major_descriptor(buf.template dout<T>(stage), BM, t), true);
+    for (int t = 0; t < BM / 16; ++t) ptx::Wgmma<T, kD, 1>::rs(dv_, pt[t], ptx::mn_major_step(do0, t), true);
     ptx::wgmma_commit();
   }
   // dK += dS^T Q (Q read transposed), as one wgmma group.
   __device__ __forceinline__ void issue_dk(const Operand& dst, const Buffers<kD>& buf, int stage) {
+    const uint64_t q0 = ptx::mn_major_descriptor(buf.template q<T>(stage), BM, 0);
 #pragma unroll
-    for (int t = 0; t < BM / 16; ++t)
-      ptx::Wgmma<T, kD, 1>::rs(dk_, dst[t], ptx::mn_major_descriptor(buf.template q<T>(stage), BM, t), true);
+    for (int t = 0; t < BM / 16; ++t) ptx::Wgmma<T, kD, 1>::rs(dk_, dst[t], ptx::mn_major_step(q0, t), true);
     ptx::wgmma_commit();
   }
 
@@ -610,10 +609,10 @@ class Consumer {
   __device__ __forceinline__ void issue_dq(float (&dq)[kDq], const T* ds_tile, const Buffers<kD>& buf) const {
     const T* ds = ds_tile + (dq_row0() / 64) * BN * 64;
     const T* k = buf.template k<T>() + (dq_col0() / 64) * BN * 64;
+    const uint64_t ds0 = ptx::mn_major_descriptor(ds, BN, 0), k0 = ptx::mn_major_descriptor(k, BN, 0);
 #pragma unroll
     for (int t = 0; t < BN / 16; ++t)
-      ptx::Wgmma<T, 64, 1>::template ss<1>(dq, ptx::mn_major_descriptor(ds, BN, t), ptx::mn_major_descriptor(k, BN, t),
-                                           t > 0);
+      ptx::Wgmma<T, 64, 1>::template ss<1>(dq, ptx::mn_major_step(ds0, t), ptx::mn_major_step(k0, t), t > 0);
     ptx::wgmma_commit();
   }
 
