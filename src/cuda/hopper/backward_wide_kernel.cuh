@@ -273,15 +273,17 @@ class Consumer {
   __device__ __forceinline__ void issue_scores(float (&s)[kS], float (&dp)[kS], const Buf& buf, int stage) const {
     const T* k = buf.template k<T>() + kKeys * me_ * 64;  // rows kKeys me.. of every 64-column block
     const T* v = buf.template v<T>() + kKeys * me_ * 64;
+    const uint64_t q0 = ptx::k_major_descriptor(buf.template q<T>(stage), BM, 0), k0 = ptx::k_major_descriptor(k, BN, 0);
 #pragma unroll
     for (int step = 0; step < kCtaK / 16; ++step)
-      ptx::Wgmma<T, kKeys, 0>::ss(s, ptx::k_major_descriptor(buf.template q<T>(stage), BM, step),
-                                  ptx::k_major_descriptor(k, BN, step), step > 0);
+      ptx::Wgmma<T, kKeys, 0>::ss(s, ptx::descriptor_step(q0, BM, step), ptx::descriptor_step(k0, BN, step), step > 0);
     ptx::wgmma_commit();
+    const uint64_t do0 = ptx::k_major_descriptor(buf.template dout<T>(stage), BM, 0),
+                   v0 = ptx::k_major_descriptor(v, BN, 0);
 #pragma unroll
     for (int step = 0; step < kCtaV / 16; ++step)
-      ptx::Wgmma<T, kKeys, 0>::ss(dp, ptx::k_major_descriptor(buf.template dout<T>(stage), BM, step),
-                                  ptx::k_major_descriptor(v, BN, step), step > 0);
+      ptx::Wgmma<T, kKeys, 0>::ss(dp, ptx::descriptor_step(do0, BM, step), ptx::descriptor_step(v0, BN, step),
+                                  step > 0);
     ptx::wgmma_commit();
   }
 
@@ -396,6 +398,8 @@ class Consumer {
   // dV^T += dO^T P and dK^T += Q^T dS for this consumer's blocks of head dims (dO and Q read transposed: M is their
   // contiguous dimension), then dQ = dS K for its blocks of columns (K read transposed); two wgmma groups (one Q / dO
   // stage: three, dV^T's first, so that dO is released before the rest is done).
+  // Per-step descriptors here: from bases by adds (as the other groups take theirs) measured no better beyond the
+  // run-to-run spread at D256, K192 V128 and K512 V512.
   __device__ __forceinline__ void issue_kv(const Buf& buf, int stage, const T* p, const T* ds) {
 #pragma unroll
     for (int t = 0; t < kDvCount; ++t)
@@ -416,10 +420,10 @@ class Consumer {
   }
   __device__ __forceinline__ void issue_dq(float (&dq)[kDqAcc], const Buf& buf, const T* ds) const {
     const T* k = buf.template k<T>() + dq_first() * BN * 64;  // 64-column blocks dq_first().. of K
+    const uint64_t ds0 = ptx::k_major_descriptor(ds, BM, 0), k0 = ptx::mn_major_descriptor(k, BN, 0);
 #pragma unroll
     for (int s = 0; s < BN / 16; ++s)
-      ptx::Wgmma<T, 64 * kDqCount, 1>::ss(dq, ptx::k_major_descriptor(ds, BM, s), ptx::mn_major_descriptor(k, BN, s),
-                                           s > 0);
+      ptx::Wgmma<T, 64 * kDqCount, 1>::ss(dq, ptx::descriptor_step(ds0, BM, s), ptx::mn_major_step(k0, s), s > 0);
     ptx::wgmma_commit();
   }
 
