@@ -68,7 +68,8 @@ class Consumer {
   static constexpr int kOCols = Tile::kOutCols;
   static constexpr int kO = kOCols / 2;  // output accumulators per thread
   // The lazy rescale (SoftmaxRow::rescale_lazily) pays where the output accumulators outnumber the scores (256 /
-  // 256 and split V: 128 against 40 / 32); at 64 and 128 the warp's vote and branch cost more than the multiplies.
+  // 256 and split V: 128 against 40 / 32); at 64, 128 and 192 / 128 the warp's vote and branch cost more than the
+  // multiplies.
   static constexpr bool kLazy = kO > BN / 2;
 
  public:
