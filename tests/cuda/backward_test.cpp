@@ -305,6 +305,29 @@ TEST(Backward, DeterministicKeyTilesOf96) {
   }
 }
 
+// The wide buckets' ascending order (no gate, sink or window; BackwardParams::dq_ascending): key tiles heaviest
+// first with every kv head's tiles side by side, dQ added from the first key tile to the last. One query head a kv
+// head and several, packed lengths off the tile sizes (and empty ones), dense rows past the last full tile, long
+// enough that several tiles of a head wait on each other's adds.
+TEST(Backward, DeterministicAscendingWide) {
+  FLASHGATE_REQUIRE_GPU();
+  for (DType d : {DType::f16, DType::bf16}) {
+    for (auto [K, V] : std::vector<std::pair<int64_t, int64_t>>{{192, 128}, {256, 256}, {200, 136}, {512, 512}}) {
+      AttentionConfig c = base(d, K, V);
+      c.packed = {0, 15, 65, 100, 300, 0, 97, 600};
+      c.heads = 4;
+      c.kv_heads = 4;
+      c.deterministic = true;
+      check_backward(c, 3);
+      c.packed.clear();
+      c.batch = 2;
+      c.seqlen = 520;
+      c.kv_heads = 2;
+      check_backward(c, 3);
+    }
+  }
+}
+
 TEST(Backward, DeterministicLongPackedGqa) {
   FLASHGATE_REQUIRE_GPU();
   AttentionConfig c = base(DType::bf16, 128, 128);

@@ -625,7 +625,8 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
 
 }  // namespace bwd_wide
 
-// One CTA per (key tile, kv head), the tiles most query rows see first (deterministic mode: lightest); a
+// One CTA per (key tile, kv head), the tiles most query rows see first (deterministic mode: lightest first, or
+// heaviest first where it adds dQ in ascending order, BackwardParams::dq_ascending); a
 // cluster of two per item where the bucket pairs CTAs.
 template <class T, int kK, int kV, bool kRowSums>
 __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
@@ -638,7 +639,7 @@ __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
   const Buffers buf{{}, {bars}, ptx::swizzle_aligned(raw)};
   const int64_t item = blockIdx.x / Tile::kPair;  // both CTAs of a pair take the same item (or both return)
-  if (!bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item).valid) return;
+  if (!bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item).valid) return;
 
   if (threadIdx.x == 0) buf.init(kRowSums);
   // A pair: the other CTA's barriers are initialised before anything arrives on them.
@@ -654,7 +655,7 @@ __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
   // Nothing stays live across setmaxnreg (ptxas would spill it): each role derives its work afterwards.
   if (threadIdx.x < 128) {
     ptx::setmaxnreg_dec<Tile::kProducerRegs>();
-    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
     const int warp = threadIdx.x / 32;
     if (w.steps == 0) return leave();  // nobody would wait for its copies
     const int col0 = kPaired ? Tile::kCtaK * static_cast<int>(ptx::cluster_rank()) : 0;
@@ -666,7 +667,7 @@ __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
   }
 
   ptx::setmaxnreg_inc<Tile::kConsumerRegs>();
-  const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM>(p.b, keys, item);
+  const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
   const int me = ptx::warpgroup_index() - 1;
   const int rank = kPaired ? static_cast<int>(ptx::cluster_rank()) : 0;
   if constexpr (kK == kV) bwd_wide::consume<T, kK, kV, kRowSums, bwd_wide::kEitherConsumer>(p, w, buf, me, rank);

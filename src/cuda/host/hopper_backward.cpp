@@ -46,8 +46,10 @@ void launch_wide(const DkdvTensors& args, cuda::hopper::DkdvParams& dp, const cu
 // at four); fewer than four cost long sequences (GQA 32/8 D128 T8192: 395 at one, 431 at four; docs/perf-notes.md).
 // Deterministic mode takes one kv head at a time where its key tiles come lightest first (each chain's next tile
 // starts later, and only the tiles of one head running side by side keep that head's rows in L2: GQA 32/8 D128 T8192
-// 358 against 297-303 TFLOP/s with every head at once; docs/perf-notes.md), two in ascending order (dq_ascending).
+// 358 against 297-303 TFLOP/s with every head at once; docs/perf-notes.md), two in ascending order (dq_ascending),
+// every kv head in the wide kernel's ascending order (its tiles of one head would wait on each other in a chain).
 int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
+  if (p.deterministic && p.dq_ascending && wide(p)) return static_cast<int>(p.a.H);
   if (p.deterministic) return std::min<int>(p.dq_ascending ? 2 : 1, static_cast<int>(p.a.H));
   const int64_t row_bytes = (p.a.K + p.a.V) * 2 + int64_t{p.K16} * 4;
   const int64_t head_bytes = std::max<int64_t>(1, p.a.B * p.a.T * p.a.group * row_bytes);
@@ -97,11 +99,13 @@ void launch_hopper_dkdv(const DkdvTensors& args, const cuda::bwd::BackwardParams
   const DeviceFacts dev = device_facts(args.q.device_index);
   dp.b = p;
   // Deterministic mode's ascending order (BackwardParams::dq_ascending) walks the query heads innermost, which the
-  // row sums and the sink's parts (summed per head over its rows) do not allow, and only the narrow kernel takes it;
-  // it pays where several query heads share the kv head and every key tile sees the rows below it; a window's key
-  // tiles see bands of like size, where it costs (GQA 32/8 D128 T8192 window 1024: 243 against 306 TFLOP/s).
-  dp.b.dq_ascending =
-      p.deterministic && !wide(p) && !p.needs_row_sums() && !p.sink_parts && p.a.group > 1 && p.a.window < 0;
+  // row sums and the sink's parts (summed per head over its rows) do not allow. It pays where every key tile sees
+  // the rows below it and a tile's turn comes late enough after the one before it: in the narrow kernel where several
+  // query heads share the kv head (their steps in between), in the wide kernel with every kv head's tiles taken side
+  // by side (kv_heads_together). A window's key tiles see bands of like size, where it costs (GQA 32/8 D128 T8192
+  // window 1024: 243 against 306 TFLOP/s).
+  dp.b.dq_ascending = p.deterministic && !p.needs_row_sums() && !p.sink_parts && p.a.window < 0 &&
+                      (wide(p) || p.a.group > 1);
   dp.b.kv_heads_together = kv_heads_together(dp.b, dev);
   const cuda::ElementType type = p.a.dtype;
   if (wide(p)) {
