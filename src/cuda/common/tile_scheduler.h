@@ -27,6 +27,7 @@ struct TileSchedule {
   int64_t num_tiles = 0;        // exact (dense) or an upper bound (packed)
   int64_t tiles_per_seq = 0;    // dense only
   const TileMapEntry* map = nullptr;  // packed only: num_tiles entries in the workspace
+  bool longest_first = false;         // packed only: the map holds the tiles longest first (build_longest_first_map)
 };
 
 FG_HOST_DEVICE int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -64,6 +65,16 @@ inline TileSchedule make_key_tile_schedule(const AttentionParams& p, int tile_ro
 // Fills the tile map of a packed schedule (no-op when dense).
 void launch_build_tile_map(const AttentionParams& p, const TileSchedule& s, TileMapEntry* map, CUstream_st* stream);
 
+// The largest tile count of one sequence that the longest-first map sorts by (its counts sit in shared memory).
+inline constexpr int64_t kLongestFirstMaxTiles = 12 * 1024 - 32;
+
+// Fills the tile map of a packed schedule with its tiles longest first, as causal query tiles should start: every
+// sequence's tile of the highest index, then those of the next, ... (the order inside one index is unspecified:
+// it only decides which CTA runs a tile). Returns `s` with longest_first set, or where a sequence may hold more
+// than kLongestFirstMaxTiles tiles, `s` after launch_build_tile_map (sequence by sequence; read backwards).
+TileSchedule launch_build_longest_first_map(const AttentionParams& p, TileSchedule s, TileMapEntry* map,
+                                            CUstream_st* stream);
+
 #if defined(__CUDACC__)
 // Sequence and tile in that sequence of tile number `tile`; seq < 0 when the number has no tile.
 __device__ __forceinline__ TileMapEntry tile_at(const TileSchedule& s, int64_t tile) {
@@ -72,10 +83,10 @@ __device__ __forceinline__ TileMapEntry tile_at(const TileSchedule& s, int64_t t
 }
 
 // The same tiles in the order causal query tiles should start, longest work first: dense runs the last
-// tile of every sequence, then the one before, ...; packed runs the numbers backwards (the last tiles of
-// the later sequences first: an approximation that needs no sort).
+// tile of every sequence, then the one before, ...; packed runs the longest-first map in order, or a map of
+// sequence after sequence backwards (the last tiles of the later sequences first: an approximation).
 __device__ __forceinline__ TileMapEntry tile_longest_first(const TileSchedule& s, int64_t order) {
-  if (s.map) return s.map[s.num_tiles - 1 - order];
+  if (s.map) return s.map[s.longest_first ? order : s.num_tiles - 1 - order];
   const int64_t seqs = s.num_tiles / s.tiles_per_seq;
   return {static_cast<int32_t>(order % seqs), static_cast<int32_t>(s.tiles_per_seq - 1 - order / seqs)};
 }

@@ -124,8 +124,8 @@ void launch_hopper_forward(const ForwardArgs& a, const detail::AttentionProblem&
     p.a.gc = s.gc;
     cuda::launch_gate_prefix_sum(p.a, s.gc, launch.stream);
   }
-  const cuda::TileSchedule sched = cuda::make_tile_schedule(p.a, tile_rows(p.a).queries, s.map);
-  cuda::launch_build_tile_map(p.a, sched, s.map, launch.stream);
+  const cuda::TileSchedule sched = cuda::launch_build_longest_first_map(
+      p.a, cuda::make_tile_schedule(p.a, tile_rows(p.a).queries, s.map), s.map, launch.stream);
   launch_kernel(p, a.q, a.k, a.v, sched, launch.stream);
 }
 
