@@ -5,7 +5,8 @@
 // Packed: the lengths live in cu_seqlens (maybe on the GPU), so the host only knows an upper bound on the
 // tile count, ceil(T / tile_rows) + N; a one-block pre-kernel (launch_build_tile_map) scans the lengths and
 // writes, for every tile number, its (sequence, tile in sequence) into the workspace, and -1 for numbers past
-// the real count. No host synchronisation, so it is CUDA-graph safe.
+// the real count (sequence after sequence; the Hopper forward's map lists them longest first). No host
+// synchronisation, so it is CUDA-graph safe.
 #pragma once
 
 #include <cstdint>

@@ -28,7 +28,7 @@ struct Work {
 
 // Item number `item` in the order the grid runs them: its (sequence, query head) pair and tile. Dense: in
 // sections of `section_heads` pairs whose K and V fit in L2, longest query tiles first inside a section, so the
-// CTAs running at one time share K/V blocks; packed: tile-major over the approximate longest-first tile map.
+// CTAs running at one time share K/V blocks; packed: tile-major over the longest-first tile map (tile_scheduler.h).
 __device__ __forceinline__ TileMapEntry item_at(const ForwardParams& p, const TileSchedule& sched, int item,
                                                 int& pair) {
   const int HQ = static_cast<int>(p.a.HQ);
