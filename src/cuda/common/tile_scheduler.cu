@@ -10,14 +10,14 @@ namespace {
 constexpr int kThreads = 256;
 
 // One chunk of a block-wide inclusive scan (one value a thread, threads in order): `carry` (what came before the
-// chunk) plus x's values up to this thread, and carry plus the chunk's. `warp_sums` (kThreads / 32, shared) is
-// written here; the caller syncs before the next chunk writes it again.
+// chunk, in shared memory, read once the warps' sums are in) plus x's values up to this thread, and carry plus the
+// chunk's. `warp_sums` (kThreads / 32, shared) is written here; the caller syncs before the next chunk writes it again.
 template <class T>
 struct ChunkScan {
   T inclusive, total;
 };
 template <class T>
-__device__ __forceinline__ ChunkScan<T> scan_chunk(T x, T* warp_sums, T carry) {
+__device__ __forceinline__ ChunkScan<T> scan_chunk(T x, T* warp_sums, const T& carry) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int d = 1; d < 32; d *= 2) {
