@@ -12,6 +12,7 @@
 #include "cuda/hopper/forward.h"
 #include "cuda/hopper/forward_work.cuh"
 #include "cuda/ptx/fast_math.h"
+#include "cuda/ptx/ldmatrix.h"
 #include "cuda/ptx/mma.h"
 #include "cuda/ptx/tma.h"
 #include "cuda/ptx/warpgroup.h"
@@ -71,6 +72,9 @@ class Consumer {
   // 256 and split V: 128 against 40 / 32); at 64, 128 and 192 / 128 the warp's vote and branch cost more than the
   // multiplies.
   static constexpr bool kLazy = kO > BN / 2;
+  // Staged o rows go by stmatrix (stage_rows) with two consumers; D64's three keep one 4-byte store a pair of values
+  // (stmatrix there: B2 H32 T8192 458 -> 417 TFLOP/s, the 128 / 128 rows +1-3%; docs/perf-notes.md).
+  static constexpr bool kStageByMatrix = Tile::kConsumers == 2;
 
  public:
   static constexpr int kS = BN / 2;  // score accumulators per thread (m64nBN)
@@ -228,7 +232,10 @@ class Consumer {
   // The same with what `plan` stages written to this consumer's staging rows `stage`, for the storer warps. Each
   // combination is its own code, so that every store is a plain shared or global one.
   __device__ __forceinline__ void epilogue(OutputPlan plan, unsigned char* stage) {
-    if constexpr (Tile::kStageO) {
+    if constexpr (Tile::kStageO && kStageByMatrix) {
+      if (plan.o && plan.codes) return stage_rows<true>(stage);
+      if (plan.o) return stage_rows<false>(stage);
+    } else if constexpr (Tile::kStageO) {
       if (plan.o && plan.codes)
         return finish_rows([&](int half, int row, float s) { write_row<true, true>(half, row, s, stage); });
       if (plan.o) return finish_rows([&](int half, int row, float s) { write_row<true, false>(half, row, s, stage); });
@@ -265,6 +272,42 @@ class Consumer {
       if (row >= len_) continue;
       if (p_.has_lse && lane_ % 4 == 0) *p_.lse.template row<float>(batch_, start_ + row, h_) = r.lse;
       out(half, row, r.o_scale);
+    }
+  }
+
+  // Both of this thread's rows, scaled, into the staging rows `stage` (o by stmatrix: a warp's two row halves of two
+  // 8-column blocks an instruction) and their residual codes (kCodes: staged too, else to global memory where
+  // asked). Rows past the sequence stage zeros, which the storers skip.
+  template <bool kCodes>
+  __device__ __forceinline__ void stage_rows(unsigned char* stage) {
+    float scale[2] = {0.f, 0.f};
+    finish_rows([&](int half, int, float s) { scale[half] = s; });
+    static_assert(kOCols % 16 == 0, "stmatrix stores two 8-column blocks");
+    const int m = lane_ / 8;  // the matrix whose row this lane addresses: row half m % 2, block m / 2 of a pair
+    unsigned char* const rows = stage + (warp_ * 16 + lane_ % 8 + 8 * (m % 2)) * Tile::kOutPitch + 16 * (m / 2);
+    const int col = kCol0 + 2 * (lane_ % 4);
+    int8_t* res[2] = {nullptr, nullptr};
+    if constexpr (!kCodes)
+      for (int half = 0; half < 2; ++half) {
+        const int row = row0_ + tile_row() + 8 * half;
+        if (p_.o_residual.data && row < len_) res[half] = p_.o_residual.template row<int8_t>(batch_, start_ + row, h_) + col;
+      }
+    const bool pairs = p_.o_residual_width >= 2;
+#pragma unroll
+    for (int j = 0; j < kOCols / 8; j += 2) {
+      uint32_t packed[4];  // matrices (half 0, j), (half 1, j), (half 0, j + 1), (half 1, j + 1)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int jj = j + q / 2, half = q % 2;
+        const float2 x = {o_[4 * jj + 2 * half] * scale[half], o_[4 * jj + 2 * half + 1] * scale[half]};
+        packed[q] = ptx::pack2<T>(x.x, x.y);
+        if constexpr (kCodes)
+          store_residual_pair<T>(reinterpret_cast<int8_t*>(stage + Tile::codes_at(tile_row() + 8 * half, col + 8 * jj)),
+                                 x, ptx::unpack2<T>(packed[q]), true);
+        else if (res[half] && kCol0 + 8 * jj < p_.V)
+          store_residual_pair<T>(res[half] + 8 * jj, x, ptx::unpack2<T>(packed[q]), pairs);
+      }
+      ptx::stmatrix_x4(rows + 16 * j, packed);
     }
   }
 

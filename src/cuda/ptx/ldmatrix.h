@@ -1,4 +1,5 @@
-// ldmatrix: four 8x8 b16 matrices from shared memory into mma fragments, plain or transposed.
+// ldmatrix: four 8x8 b16 matrices from shared memory into mma fragments, plain or transposed; stmatrix (sm_90):
+// fragments into shared memory.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,13 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 // Two matrices (threads 0..15 supply addresses).
 __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
+// The reverse of ldmatrix_x4 (sm_90): r[i] (matrix i's fragment) into the rows whose addresses threads 8i..8i+7 give.
+__device__ __forceinline__ void stmatrix_x4(void* row_addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_addr(row_addr)), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
 }
 
 // Pointer forms: the row address as a generic pointer into shared memory.
