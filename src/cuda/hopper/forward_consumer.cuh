@@ -73,7 +73,7 @@ class Consumer {
   // multiplies.
   static constexpr bool kLazy = kO > BN / 2;
   // Staged o rows go by stmatrix (stage_rows) with two consumers; D64's three keep one 4-byte store a pair of values
-  // (stmatrix there: B2 H32 T8192 458 -> 417 TFLOP/s, the 128 / 128 rows +1-3%; docs/perf-notes.md).
+  // (stmatrix there: B2 H32 T8192 458 -> 417 TFLOP/s, the 128 / 128 rows +0.5-3%; docs/perf-notes.md).
   static constexpr bool kStageByMatrix = Tile::kConsumers == 2;
 
  public:
@@ -290,7 +290,8 @@ class Consumer {
     if constexpr (!kCodes)
       for (int half = 0; half < 2; ++half) {
         const int row = row0_ + tile_row() + 8 * half;
-        if (p_.o_residual.data && row < len_) res[half] = p_.o_residual.template row<int8_t>(batch_, start_ + row, h_) + col;
+        if (p_.o_residual.data && row < len_)
+          res[half] = p_.o_residual.template row<int8_t>(batch_, start_ + row, h_) + col;
       }
     const bool pairs = p_.o_residual_width >= 2;
 #pragma unroll
