@@ -6,6 +6,7 @@
 
 #include "cuda/common/backward_passes.h"
 #include "cuda/common/backward_util.cuh"
+#include "cuda/common/block_scan.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/element.h"
 
@@ -165,7 +166,6 @@ __global__ void __launch_bounds__(kThreads) dkv_reduce_kernel(BackwardParams p, 
 __global__ void __launch_bounds__(kThreads) gate_grad_kernel(BackwardParams p, int64_t jobs) {
   __shared__ float warp_totals[kThreads / 32];
   __shared__ float carry;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (int64_t job = blockIdx.x; job < jobs; job += gridDim.x) {
     const int64_t n = job / p.a.HQ, h = job % p.a.HQ;
     const SequenceSpan seq = sequence_span(p.a, n);
@@ -184,22 +184,10 @@ __global__ void __launch_bounds__(kThreads) gate_grad_kernel(BackwardParams p, i
         // (up to fp32 order), instead of leaving its o-rounding error E - D or an lse mismatch behind.
         x = (p.E[base + u] - p.D[base + u] * p.mass[base + u]) - p.colsum[base + u];
       }
-      float inclusive = x;
-#pragma unroll
-      for (int d = 1; d < 32; d *= 2) {
-        const float y = __shfl_up_sync(0xffffffffu, inclusive, d);
-        if (lane >= d) inclusive += y;
-      }
-      if (lane == 31) warp_totals[warp] = inclusive;
-      __syncthreads();
-      float before = carry, total = carry;
-      for (int w = 0; w < kThreads / 32; ++w) {
-        before += w < warp ? warp_totals[w] : 0.f;
-        total += warp_totals[w];
-      }
-      if (u >= 0) *p.dg.row<float>(seq.batch, seq.start + u, h) = before + inclusive;
+      const ChunkScan<float> scan = scan_chunk<kThreads>(x, warp_totals, carry);
+      if (u >= 0) *p.dg.row<float>(seq.batch, seq.start + u, h) = scan.before + scan.inclusive;
       __syncthreads();  // all have read carry and warp_totals
-      if (threadIdx.x == 0) carry = total;
+      if (threadIdx.x == 0) carry = scan.total;
       __syncthreads();
     }
   }

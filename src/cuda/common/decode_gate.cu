@@ -2,6 +2,7 @@
 // summing it from the end of the sequence keeps the terms of near keys (the ones with weight) exact to
 // fp32 rounding, where a difference of two long prefix sums would cancel. One block per (sequence, query
 // head) walks the sequence backwards in chunks of 256 keys with a block scan and a carry.
+#include "cuda/common/block_scan.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/element.h"
 #include "cuda/common/online_softmax.h"
@@ -20,28 +21,15 @@ __global__ void __launch_bounds__(kThreads) decode_gate_kernel(const DecodeGateA
   const int h = static_cast<int>(blockIdx.x % a.HQ);
   const int64_t start = clamp64(load_offset(a.cu, a.cu_bytes, a.cu_stride, n), 0, a.T);
   const int64_t end = clamp64(load_offset(a.cu, a.cu_bytes, a.cu_stride, n + 1), start, a.T);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   const float mul = a.mul * kLog2e;
   float carry = 0.f;  // g summed over the keys after this chunk
   for (int64_t hi = end; hi > start; hi -= kThreads) {
     const int64_t t = hi - 1 - threadIdx.x;  // thread order runs backwards through the keys
     const float x = t >= start ? load_as_float(a.g, t * a.g_token_stride + h * a.g_head_stride, a.g_dtype) : 0.f;
-    float incl = x;  // inclusive scan over threads: g[t] + ... + g[hi-1]
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      const float y = __shfl_up_sync(0xffffffffu, incl, d);
-      if (lane >= d) incl += y;
-    }
-    if (lane == 31) warp_total[warp] = incl;
-    __syncthreads();
-    float before = 0.f, chunk = 0.f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      before += w < warp ? warp_total[w] : 0.f;
-      chunk += warp_total[w];
-    }
-    if (t >= start) out[h * a.T + t] = (carry + before + (incl - x)) * mul;
-    carry += chunk;
+    // Inclusive scan over threads: g[t] + ... + g[hi-1].
+    const ChunkScan<float> scan = scan_chunk<kThreads>(x, warp_total, 0.f);
+    if (t >= start) out[h * a.T + t] = (carry + scan.before + (scan.inclusive - x)) * mul;
+    carry += scan.total;
     __syncthreads();  // warp_total is rewritten by the next chunk
   }
 }

@@ -1,6 +1,7 @@
 // The gate's pre-kernels. The prefix sum: one block per (sequence, query head) scans the sequence in chunks of
 // kThreads * kPerThread tokens, each thread summing a few consecutive tokens, a warp-shuffle scan of the thread
 // totals and a carry between chunks. The transpose: a slice pair's cumulative gates, given whole, into that layout.
+#include "cuda/common/block_scan.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/element.h"
 #include "cuda/common/gate.h"
@@ -12,16 +13,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kPerThread = 4;
 constexpr int kWarps = kThreads / 32;
-
-__device__ float warp_inclusive_scan(float x) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const float y = __shfl_up_sync(0xffffffffu, x, d);
-    if (lane >= d) x += y;
-  }
-  return x;
-}
 
 __global__ void __launch_bounds__(kThreads) gate_prefix_sum_kernel(AttentionParams p, float* gc, int64_t jobs) {
   __shared__ float warp_totals[kWarps];
@@ -43,22 +34,13 @@ __global__ void __launch_bounds__(kThreads) gate_prefix_sum_kernel(AttentionPara
         running += g;
         local[e] = running;
       }
-      const float inclusive = warp_inclusive_scan(running);
-      const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-      if (lane == 31) warp_totals[warp] = inclusive;
-      __syncthreads();
-      float before_warp = 0.f, chunk_total = 0.f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        before_warp += w < warp ? warp_totals[w] : 0.f;
-        chunk_total += warp_totals[w];
-      }
-      const float base = carry_in + before_warp + (inclusive - running);
+      const ChunkScan<float> scan = scan_chunk<kThreads>(running, warp_totals, 0.f);
+      const float base = carry_in + scan.before + (scan.inclusive - running);
 #pragma unroll
       for (int e = 0; e < kPerThread; ++e)
         if (first + e < seq.len) out[first + e] = base + local[e];
       __syncthreads();  // everyone has read carry_in and warp_totals
-      if (threadIdx.x == 0) carry_in += chunk_total;
+      if (threadIdx.x == 0) carry_in += scan.total;
       __syncthreads();
     }
   }

@@ -1,5 +1,6 @@
 // The packed tile-map pre-kernels, one block each: sequence after sequence (a scan of the per-sequence tile counts
 // in chunks of kThreads sequences, every thread writing its sequence's entries), and longest first.
+#include "cuda/common/block_scan.cuh"
 #include "cuda/common/cuda_check.h"
 #include "cuda/common/sequence.h"
 #include "cuda/common/tile_scheduler.h"
@@ -9,31 +10,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One chunk of a block-wide inclusive scan (one value a thread, threads in order): `carry` (what came before the
-// chunk, in shared memory, read once the warps' sums are in) plus x's values up to this thread, and carry plus the
-// chunk's. `warp_sums` (kThreads / 32, shared) is written here; the caller syncs before the next chunk writes it again.
-template <class T>
-struct ChunkScan {
-  T inclusive, total;
-};
-template <class T>
-__device__ __forceinline__ ChunkScan<T> scan_chunk(T x, T* warp_sums, const T& carry) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    const T y = __shfl_up_sync(0xffffffffu, x, d);
-    if (lane >= d) x += y;
-  }
-  if (lane == 31) warp_sums[warp] = x;
-  __syncthreads();
-  T before = carry, total = carry;
-  for (int w = 0; w < kThreads / 32; ++w) {
-    before += w < warp ? warp_sums[w] : 0;
-    total += warp_sums[w];
-  }
-  return {before + x, total};
-}
-
 __global__ void __launch_bounds__(kThreads) build_tile_map_kernel(AttentionParams p, TileSchedule s, TileMapEntry* map) {
   __shared__ int64_t warp_sums[kThreads / 32];
   __shared__ int64_t carry;
@@ -42,8 +18,8 @@ __global__ void __launch_bounds__(kThreads) build_tile_map_kernel(AttentionParam
   for (int64_t chunk = 0; chunk < p.num_seqs; chunk += kThreads) {
     const int64_t n = chunk + threadIdx.x;
     const int64_t tiles = n < p.num_seqs ? ceil_div(sequence_span(p, n).len, s.tile_rows) : 0;
-    const ChunkScan<int64_t> scan = scan_chunk(tiles, warp_sums, carry);
-    const int64_t first = scan.inclusive - tiles;  // exclusive prefix: this sequence's first tile number
+    const ChunkScan<int64_t> scan = scan_chunk<kThreads>(tiles, warp_sums, carry);
+    const int64_t first = scan.before + scan.inclusive - tiles;  // exclusive prefix: this sequence's first tile number
     for (int64_t t = 0; t < tiles && first + t < s.num_tiles; ++t)
       map[first + t] = {static_cast<int32_t>(n), static_cast<int32_t>(t)};
     __syncthreads();  // all have read carry and warp_sums
@@ -80,9 +56,9 @@ __global__ void __launch_bounds__(kThreads) build_longest_first_map_kernel(Atten
     for (int end = limit; end > 0; end -= kThreads) {  // chunks from the top; thread 0 takes a chunk's highest v
       const int v = end - 1 - static_cast<int>(threadIdx.x);
       const int x = v >= 0 ? count[v] : 0;
-      const ChunkScan<int> scan = scan_chunk(x, warp_sums, carry);
+      const ChunkScan<int> scan = scan_chunk<kThreads>(x, warp_sums, carry);
       __syncthreads();  // every thread read count[v], carry and warp_sums
-      if (v >= 0) count[v] = scan.inclusive - x;  // the sum over v' > v
+      if (v >= 0) count[v] = scan.before + scan.inclusive - x;  // the sum over v' > v
       if (threadIdx.x == 0) carry = scan.total;
       __syncthreads();
     }
