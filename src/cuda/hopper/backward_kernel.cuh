@@ -349,37 +349,46 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
   }
 }
 
-// Deterministic mode's turn warp: per step of an item, in the consumers' order, it waits until every later key tile
-// counted its adds to the step's dQ rows (lane 0 polls, then reads with acquire), hands the turn to the writer warp
-// (and with the row sums the consumers) (turn_ready), and once they made their adds (turn_done) counts them for the
-// tiles waiting after this one (release). The adds are ordered after the acquire and before the release through the
-// two barriers, so the waits and the round trips to L2 fall on this warp while the consumers go on. A step's count
-// goes out before the warp waits for the next step's turn.
+// Deterministic mode's turn warp: per step of an item, in the consumers' order, it waits until every other key tile
+// that adds to the step's dQ rows before this one counted its adds there (lane 0 polls, then reads with acquire),
+// hands the turn to the writer warp (and with the row sums the consumers) (turn_ready), and once they made their
+// adds (turn_done) counts them for the tiles waiting after this one (release). The adds are ordered after the
+// acquire and before the release through the two barriers, so the waits and the round trips to L2 fall on this warp
+// while the consumers go on. A step's count goes out before the warp waits for the next step's turn, whose count it
+// read while the step's adds ran: where that was enough, the turn costs no round trip.
 // tile_adds: the count a key tile makes at a row block (a fixed number a step: kReleasers per CTA).
 template <class Buf>
 __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                            uint32_t step, int tile_adds) {
   using Tile = typename Buf::Tile;
-  int* made = nullptr;  // the counter of the step before, whose adds are counted once made
-  for (int it = 0; it < w.steps; ++it) {
+  using Turns = typename Buf::TurnRing;
+  const auto counter_of = [&](int it) {
     const Step st = step_of<Tile::BM>(p, w, it);
+    return dq_turn_counter(p, w, st.h, st.i0, Tile::BM);
+  };
+  int* made = nullptr;  // the counter of the step before, whose adds are counted once made
+  int* counter = counter_of(0);
+  int seen = peek_dq_turns(counter);
+  for (int it = 0; it < w.steps; ++it) {
     const uint32_t n = step + it;
-    int* counter = dq_turn_counter(p, w, st.h, st.i0, Tile::BM);
     if (made) {
-      ptx::barrier_wait(buf.turn_done(Buf::TurnRing::stage(n - 1)), Buf::TurnRing::parity(n - 1));
+      ptx::barrier_wait(buf.turn_done(Turns::stage(n - 1)), Turns::parity(n - 1));
       count_dq_adds(made, Buf::kReleasers);
     }
-    const int turn = w.up ? dq_turn_ascending<Tile::BN, Tile::BM>(st.i0, w.j0, p.a.window, tile_adds)
-                          : dq_turn<Tile::BN, Tile::BM>(st.i0, w.j0, w.seq.len, tile_adds);
-    wait_dq_turn(counter, turn, peek_dq_turns(counter));
-    if (threadIdx.x % 32 == 0) ptx::barrier_arrive(buf.turn_ready(Buf::TurnRing::stage(n)));
+    const int i0 = step_of<Tile::BM>(p, w, it).i0;
+    const int turn = w.up ? dq_turn_ascending<Tile::BN, Tile::BM>(i0, w.j0, p.a.window, tile_adds)
+                          : dq_turn<Tile::BN, Tile::BM>(i0, w.j0, w.seq.len, tile_adds);
+    wait_dq_turn(counter, turn, seen);
+    if (threadIdx.x % 32 == 0) ptx::barrier_arrive(buf.turn_ready(Turns::stage(n)));
     made = counter;
+    if (it + 1 < w.steps) {
+      counter = counter_of(it + 1);
+      seen = peek_dq_turns(counter);
+    }
   }
-  if (made) {
-    const uint32_t n = step + w.steps - 1;
-    ptx::barrier_wait(buf.turn_done(Buf::TurnRing::stage(n)), Buf::TurnRing::parity(n));
-    count_dq_adds(made, Buf::kReleasers);
-  }
+  const uint32_t last = step + w.steps - 1;
+  ptx::barrier_wait(buf.turn_done(Turns::stage(last)), Turns::parity(last));
+  count_dq_adds(made, Buf::kReleasers);
 }
 
 // The writer warp (both dK/dV kernels): per step of an item, the staged dQ tile's rows in the sequence added into
