@@ -46,11 +46,12 @@ void launch_wide(const DkdvTensors& args, cuda::hopper::DkdvParams& dp, const cu
 // at four); fewer than four cost long sequences (GQA 32/8 D128 T8192: 395 at one, 431 at four; docs/perf-notes.md).
 // Deterministic mode takes one kv head at a time where its key tiles come lightest first (each chain's next tile
 // starts later, and only the tiles of one head running side by side keep that head's rows in L2: GQA 32/8 D128 T8192
-// 358 against 297-303 TFLOP/s with every head at once; docs/perf-notes.md), two in ascending order (dq_ascending),
-// every kv head in the wide kernel's ascending order (its tiles of one head would wait on each other in a chain).
+// 358 against 297-303 TFLOP/s with every head at once; docs/perf-notes.md), two in the narrow kernel's ascending
+// order (dq_ascending); the wide kernel's ascending order takes the default's groups (MHA D256 B1 H16 T16384: 356
+// TFLOP/s with four kv heads, 306-311 with every head at once, 312 with one, whose tiles wait on each other in a chain).
 int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
-  if (p.deterministic && p.dq_ascending && wide(p)) return static_cast<int>(p.a.H);
-  if (p.deterministic) return std::min<int>(p.dq_ascending ? 2 : 1, static_cast<int>(p.a.H));
+  if (p.deterministic && !(p.dq_ascending && wide(p)))
+    return std::min<int>(p.dq_ascending ? 2 : 1, static_cast<int>(p.a.H));
   const int64_t row_bytes = (p.a.K + p.a.V) * 2 + int64_t{p.K16} * 4;
   const int64_t head_bytes = std::max<int64_t>(1, p.a.B * p.a.T * p.a.group * row_bytes);
   const int64_t fit = int64_t{dev.l2_bytes} / 2 / head_bytes;
