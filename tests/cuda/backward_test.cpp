@@ -309,6 +309,7 @@ TEST(Backward, DeterministicKeyTilesOf96) {
 // first with every kv head's tiles side by side, dQ added from the first key tile to the last. One query head a kv
 // head and several, packed lengths off the tile sizes (and empty ones), dense rows past the last full tile, long
 // enough that several tiles of a head wait on each other's adds.
+// The wide kernels in deterministic mode: MHA in the descending order, GQA in the ascending one (hopper_backward.cpp).
 TEST(Backward, DeterministicAscendingWide) {
   FLASHGATE_REQUIRE_GPU();
   for (DType d : {DType::f16, DType::bf16}) {

@@ -47,8 +47,9 @@ void launch_wide(const DkdvTensors& args, cuda::hopper::DkdvParams& dp, const cu
 // Deterministic mode takes one kv head at a time where its key tiles come lightest first (each chain's next tile
 // starts later, and only the tiles of one head running side by side keep that head's rows in L2: GQA 32/8 D128 T8192
 // 358 against 297-303 TFLOP/s with every head at once; docs/perf-notes.md), two in the narrow kernel's ascending
-// order (dq_ascending); the wide kernel's ascending order takes the default's groups (MHA D256 B1 H16 T16384: 356
-// TFLOP/s with four kv heads, 306-311 with every head at once, 312 with one, whose tiles wait on each other in a chain).
+// order (dq_ascending); the wide kernel's ascending order takes the default's groups (measured in that order on MHA
+// D256 B1 H16 T16384: 356 TFLOP/s with four kv heads, 306-311 with every head at once, 312 with one, whose tiles wait
+// on each other in a chain).
 int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev) {
   if (p.deterministic && !(p.dq_ascending && wide(p)))
     return std::min<int>(p.dq_ascending ? 2 : 1, static_cast<int>(p.a.H));
@@ -101,12 +102,13 @@ void launch_hopper_dkdv(const DkdvTensors& args, const cuda::bwd::BackwardParams
   dp.b = p;
   // Deterministic mode's ascending order (BackwardParams::dq_ascending) walks the query heads innermost, which the
   // row sums and the sink's parts (summed per head over its rows) do not allow. It pays where every key tile sees
-  // the rows below it and a tile's turn comes late enough after the one before it: in the narrow kernel where several
-  // query heads share the kv head (their steps in between), in the wide kernel with every kv head's tiles taken side
-  // by side (kv_heads_together). A window's key tiles see bands of like size, where it costs (GQA 32/8 D128 T8192
-  // window 1024: 243 against 306 TFLOP/s).
-  dp.b.dq_ascending = p.deterministic && !p.needs_row_sums() && !p.sink_parts && p.a.window < 0 &&
-                      (wide(p) || p.a.group > 1);
+  // the rows below it and a tile's turn comes late enough after the one before it: where several query heads share
+  // the kv head (their steps in between). With one query head a kv head the descending order measured better in the
+  // wide kernel too (MHA D256 B2 H8 T8192 337-341 against 315-323 TFLOP/s, B1 H16 T16384 369-371 against 346-348;
+  // B1 H8 T32768 348-350 against 358; GQA 16/4 D256 229-234 against 325-327). A window's key tiles see bands of like
+  // size, where it costs (GQA 32/8 D128 T8192 window 1024: 243 against 306 TFLOP/s).
+  dp.b.dq_ascending =
+      p.deterministic && !p.needs_row_sums() && !p.sink_parts && p.a.window < 0 && p.a.group > 1;
   dp.b.kv_heads_together = kv_heads_together(dp.b, dev);
   const cuda::ElementType type = p.a.dtype;
   if (wide(p)) {
