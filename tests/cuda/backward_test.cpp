@@ -305,11 +305,11 @@ TEST(Backward, DeterministicKeyTilesOf96) {
   }
 }
 
-// The wide buckets' ascending order (no gate, sink or window; BackwardParams::dq_ascending): key tiles heaviest
-// first with every kv head's tiles side by side, dQ added from the first key tile to the last. One query head a kv
-// head and several, packed lengths off the tile sizes (and empty ones), dense rows past the last full tile, long
-// enough that several tiles of a head wait on each other's adds.
-// The wide kernels in deterministic mode: MHA in the descending order, GQA in the ascending one (hopper_backward.cpp).
+// The wide buckets in deterministic mode without gate, sink or window: one query head a kv head takes the descending
+// order (key tiles lightest first, dQ added from the last key tile to the first), several the ascending one
+// (BackwardParams::dq_ascending: heaviest first, from the first key tile to the last). Packed lengths off the tile
+// sizes (and empty ones), dense rows past the last full tile, long enough that several tiles of a head wait on each
+// other's adds.
 TEST(Backward, DeterministicAscendingWide) {
   FLASHGATE_REQUIRE_GPU();
   for (DType d : {DType::f16, DType::bf16}) {
