@@ -60,7 +60,7 @@ struct KeyWork {
   int64_t hk = 0, order = 0;  // the kv head and the key tile's place in the order (bwd::key_item)
   int j0 = 0, rows_begin = 0, tiles_per_head = 0, steps = 0;
   bool valid = false;
-  bool up = false;  // deterministic mode's ascending order (BackwardParams::dq_ascending): step_of walks the rows up
+  bool up = false;  // deterministic mode's ascending order (BackwardParams::dq_ascending): StepWalk walks the rows up
 };
 
 // The next item (a key tile and kv head, numbered in key_work's order) for a persistent CTA to take: CTAs take them
@@ -113,20 +113,43 @@ __device__ __forceinline__ float gate_anchor(const AttentionParams& a, const Key
   return a.gc_key_row(w.seq.batch, h)[w.seq.start + bwd::gate_anchor_key(w.j0, BN, a.key_len(w.seq.len))];
 }
 
-// Step `it`: query head and first row.
+// A step: query head and first row.
 struct Step {
   int64_t h;
   int i0;
 };
-// Each query head's row blocks from the first down; in deterministic mode's ascending order (dq_turn_ascending)
-// the row blocks from the last up, every query head of a block in turn.
+// An item's steps in order: each query head's row blocks from the first down; in deterministic mode's ascending
+// order (dq_turn_ascending) the row blocks from the last up, every query head of a block in turn. Walked one step at
+// a time: the step's number divided by the steps of a head (or of a row block) made a chain of dependent integer
+// and conversion instructions at the top of every step, on the consumers' path.
 template <int BM>
-__device__ __forceinline__ Step step_of(const bwd::BackwardParams& p, const KeyWork& w, int it) {
-  const int inner = w.up ? static_cast<int>(p.a.group) : w.tiles_per_head;
-  const int outer_index = it / inner, inner_index = it - outer_index * inner;
-  const int head = w.up ? inner_index : outer_index, block = w.up ? w.tiles_per_head - 1 - outer_index : inner_index;
-  return {w.hk * p.a.group + head, w.rows_begin + block * BM};
-}
+class StepWalk {
+ public:
+  __device__ __forceinline__ StepWalk(const bwd::BackwardParams& p, const KeyWork& w) : p_(p), w_(w) {}
+
+  __device__ __forceinline__ Step operator*() const { return at(outer_, inner_); }
+  // The step before this one (the walk's first step must not ask).
+  __device__ __forceinline__ Step previous() const {
+    return inner_ > 0 ? at(outer_, inner_ - 1) : at(outer_ - 1, inner_count() - 1);
+  }
+  // The step is its query head's last (descending order, where a head's row blocks come one after the other).
+  __device__ __forceinline__ bool ends_head() const { return !w_.up && inner_ == w_.tiles_per_head - 1; }
+  __device__ __forceinline__ void next() {
+    if (++inner_ == inner_count()) inner_ = 0, ++outer_;
+  }
+
+ private:
+  __device__ __forceinline__ int inner_count() const {
+    return w_.up ? static_cast<int>(p_.a.group) : w_.tiles_per_head;
+  }
+  __device__ __forceinline__ Step at(int outer, int inner) const {
+    const int head = w_.up ? inner : outer, block = w_.up ? w_.tiles_per_head - 1 - outer : inner;
+    return {w_.hk * p_.a.group + head, w_.rows_begin + block * BM};
+  }
+  const bwd::BackwardParams& p_;
+  const KeyWork& w_;  // the walk's position is all it keeps: the rest is the item's, live anyway
+  int outer_ = 0, inner_ = 0;
+};
 
 // Deterministic mode (p.dq_order): a warp adds its part of a step's dQ rows (and row sums) only once every warp of
 // the key tiles after this one that add into the same rows did (8 a tile, dq_turn in all), so that each fp32
@@ -301,8 +324,9 @@ __device__ __forceinline__ void produce(const DkdvParams& p, const Buf& buf, con
     for (int c = 0; c < Tile::kVBlocks; ++c)
       ptx::tma_load(buf.template dout<T>(s) + c * Tile::BM * 64, &p.do_map, {col0 + c * 64, row, h, batch}, full);
   };
-  for (int it = 0; it < w.steps; ++it) {
-    const Step st = step_of<Tile::BM>(p.b, w, it);
+  StepWalk<Tile::BM> walk(p.b, w);
+  for (int it = 0; it < w.steps; ++it, walk.next()) {
+    const Step st = *walk;
     const uint32_t n = step + it;
     const int s = buf.stage(n);
     if constexpr (Buf::kDoApart) {  // dO first: it comes free first
@@ -327,23 +351,38 @@ template <class Scale, class Buf, bool kSinkWeights = false>
 __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                             uint32_t step) {
   using Tile = typename Buf::Tile;
+  constexpr int kRows = Tile::BM / 32;  // rows a lane: lane, lane + 32, ...
+  static_assert(Tile::BM % 32 == 0, "a lane's rows");
   const int lane = threadIdx.x % 32;
-  for (int it = 0; it < w.steps; ++it) {
-    const Step st = step_of<Tile::BM>(p, w, it);
-    const int s = buf.stage(step + it);
-    buf.wait_free(buf.t_empty(s), step + it);
+  StepWalk<Tile::BM> walk(p, w);
+  for (int it = 0; it < w.steps; ++it, walk.next()) {
+    const Step st = *walk;
     const int64_t base = p.row_index(w.seq.batch, st.h, w.seq.start);
     const float* gc = p.a.has_gate ? p.a.gc_row(w.seq.batch, st.h) + w.seq.start : nullptr;
     const float anchor = gc ? gate_anchor<Tile::BN>(p.a, w, st.h) : 0.f;
     const float sink = kSinkWeights && p.sink_parts ? p.a.sink[st.h] : 0.f;
+    // The step's terms, loaded before the wait for its stage: their round trips to L2 run under the wait (one after
+    // the other, behind it, they held the consumers at their wait for the terms).
+    float offset[kRows], d[kRows], weight[kSinkWeights ? kRows : 1];
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {
+      const int i = st.i0 + lane + 32 * k;
+      const bool in = i < w.seq.len;
+      const float lse = in ? p.lse[base + i] : -INFINITY;
+      offset[k] = lse == -INFINITY ? INFINITY : (lse - (gc ? gc[i] - anchor : 0.f)) * kLog2e - Scale::kLog2;
+      d[k] = in ? p.D[base + i] * Scale::kInv : 0.f;
+      if constexpr (kSinkWeights) weight[k] = lse == -INFINITY ? 0.f : expf(sink - lse);
+    }
+    const int s = buf.stage(step + it);
+    buf.wait_free(buf.t_empty(s), step + it);
     float* dst = buf.terms(s);
-    for (int r = lane; r < Tile::BM; r += 32) {
-      const int i = st.i0 + r;
-      const float lse = i < w.seq.len ? p.lse[base + i] : -INFINITY;
-      dst[r] = lse == -INFINITY ? INFINITY : (lse - (gc ? gc[i] - anchor : 0.f)) * kLog2e - Scale::kLog2;
-      dst[Tile::BM + r] = i < w.seq.len ? p.D[base + i] * Scale::kInv : 0.f;
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {
+      const int r = lane + 32 * k;
+      dst[r] = offset[k];
+      dst[Tile::BM + r] = d[k];
       if constexpr (kSinkWeights)
-        if (p.sink_parts) dst[2 * Tile::BM + r] = lse == -INFINITY ? 0.f : expf(sink - lse);
+        if (p.sink_parts) dst[2 * Tile::BM + r] = weight[k];
     }
     ptx::barrier_arrive(buf.t_full(s));
   }
@@ -362,12 +401,11 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
                                            uint32_t step, int tile_adds) {
   using Tile = typename Buf::Tile;
   using Turns = typename Buf::TurnRing;
-  const auto counter_of = [&](int it) {
-    const Step st = step_of<Tile::BM>(p, w, it);
-    return dq_turn_counter(p, w, st.h, st.i0, Tile::BM);
-  };
+  const auto counter_of = [&](const Step& st) { return dq_turn_counter(p, w, st.h, st.i0, Tile::BM); };
+  StepWalk<Tile::BM> walk(p, w);
+  Step st = *walk;
   int* made = nullptr;  // the counter of the step before, whose adds are counted once made
-  int* counter = counter_of(0);
+  int* counter = counter_of(st);
   int seen = peek_dq_turns(counter);
   for (int it = 0; it < w.steps; ++it) {
     const uint32_t n = step + it;
@@ -375,14 +413,15 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
       ptx::barrier_wait(buf.turn_done(Turns::stage(n - 1)), Turns::parity(n - 1));
       count_dq_adds(made, Buf::kReleasers);
     }
-    const int i0 = step_of<Tile::BM>(p, w, it).i0;
-    const int turn = w.up ? dq_turn_ascending<Tile::BN, Tile::BM>(i0, w.j0, p.a.window, tile_adds)
-                          : dq_turn<Tile::BN, Tile::BM>(i0, w.j0, w.seq.len, tile_adds);
+    const int turn = w.up ? dq_turn_ascending<Tile::BN, Tile::BM>(st.i0, w.j0, p.a.window, tile_adds)
+                          : dq_turn<Tile::BN, Tile::BM>(st.i0, w.j0, w.seq.len, tile_adds);
     wait_dq_turn(counter, turn, seen);
     if (threadIdx.x % 32 == 0) ptx::barrier_arrive(buf.turn_ready(Turns::stage(n)));
     made = counter;
     if (it + 1 < w.steps) {
-      counter = counter_of(it + 1);
+      walk.next();
+      st = *walk;
+      counter = counter_of(st);
       seen = peek_dq_turns(counter);
     }
   }
@@ -398,8 +437,9 @@ template <class Buf>
 __device__ __forceinline__ void write_dq(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                          uint32_t step) {
   using Tile = typename Buf::Tile;
-  for (int it = 0; it < w.steps; ++it) {
-    const Step st = step_of<Tile::BM>(p, w, it);
+  StepWalk<Tile::BM> walk(p, w);
+  for (int it = 0; it < w.steps; ++it, walk.next()) {
+    const Step st = *walk;
     const uint32_t n = step + it;
     const int t = Buf::TurnRing::stage(n);
     const int groups = max(0, min(Tile::BM, w.seq.len - st.i0) + 15) / 16;
@@ -791,12 +831,11 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       ptx::barrier_wait(buf.ds_full(b), Buffers::DsRing::parity(n));
       c.issue_dq(dq, buf.template ds<T>(b), buf);
     };
-    const auto finish_dq_of = [&](int it, const float (&dq)[64 / 2]) {  // once its wgmma group is done
+    const auto finish_dq_of = [&](int it, const bwd_detail::Step& st, const float (&dq)[64 / 2]) {  // once made
       const uint32_t n = step + it;
       const int b = Buffers::DsRing::stage(n);
       c.stage_dq(dq, buf, n);  // first: the writer's turn needs it staged, the consumers' turn does not
       if constexpr (kRowSums) {
-        const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
         const int t = Buffers::TurnRing::stage(n);
         if (p.b.dq_order) ptx::barrier_wait(buf.turn_ready(t), Buffers::TurnRing::parity(n));
         c.add_sums(buf.sums(b), st.h, st.i0);
@@ -804,8 +843,9 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       }
       ptx::barrier_arrive(buf.ds_empty(b));
     };
-    for (int it = 0; it < w.steps; ++it) {
-      const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
+    bwd_detail::StepWalk<Tile::BM> walk(p.b, w);
+    for (int it = 0; it < w.steps; ++it, walk.next()) {
+      const bwd_detail::Step st = *walk;
       const uint32_t n = step + it;
       const int s = buf.stage(n), b = Buffers::DsRing::stage(n);
       ptx::barrier_wait(buf.q_full(s), buf.parity(n));
@@ -825,10 +865,10 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
             issue_dq_of(it - 1, dq);
             ptx::wgmma_wait<0>();
             ptx::wgmma_hold(dq);
-            finish_dq_of(it - 1, dq);
+            finish_dq_of(it - 1, walk.previous(), dq);
           }
           buf.release_q(s);
-          if (Consumer::kSinkParts && p.b.sink_parts && (it + 1) % w.tiles_per_head == 0) c.store_sink_part(st.h);
+          if (Consumer::kSinkParts && p.b.sink_parts && walk.ends_head()) c.store_sink_part(st.h);
           continue;
         }
       }
@@ -858,7 +898,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         c.issue_dk(dst, buf, s);
         ptx::wgmma_wait<1>();  // dV and dQ are done
         ptx::wgmma_hold(dq);
-        finish_dq_of(it - 1, dq);
+        finish_dq_of(it - 1, walk.previous(), dq);
       } else {
         c.issue_dk(dst, buf, s);
       }
@@ -866,11 +906,11 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       c.hold_kv();
       buf.release_q(s);
       if constexpr (kRowSums) {
-        if ((it + 1) % w.tiles_per_head == 0) {  // the head's last step
+        if (walk.ends_head()) {
           c.store_colsum(st.h);
           if (it + 1 < w.steps) key_term = c.key_terms(st.h + 1);
         }
-      } else if (Consumer::kSinkParts && p.b.sink_parts && (it + 1) % w.tiles_per_head == 0) {
+      } else if (Consumer::kSinkParts && p.b.sink_parts && walk.ends_head()) {
         c.store_sink_part(st.h);
       }
     }
@@ -879,7 +919,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       issue_dq_of(w.steps - 1, dq);
       ptx::wgmma_wait<0>();
       ptx::wgmma_hold(dq);
-      finish_dq_of(w.steps - 1, dq);
+      finish_dq_of(w.steps - 1, walk.previous(), dq);
     }
     Buffers::KvRing::release(buf.kv_empty());  // the producer loads the next item's K and V under the stores
     step += w.steps;

@@ -537,8 +537,9 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
   };
   if (w.steps > 0) ptx::barrier_wait(buf.kv_full(), 0);
   if (w.steps > 0) c.load_key_terms(w.hk * p.b.a.group, buf.key_terms());
-  for (int it = 0; it < w.steps; ++it) {
-    const bwd_detail::Step st = bwd_detail::step_of<Tile::BM>(p.b, w, it);
+  bwd_detail::StepWalk<Tile::BM> walk(p.b, w);
+  for (int it = 0; it < w.steps; ++it, walk.next()) {
+    const bwd_detail::Step st = *walk;
     const int s = buf.stage(it);
     ptx::barrier_wait(buf.q_full(s), buf.parity(it));
     if constexpr (Buffers<kK, kV>::kDoApart) ptx::barrier_wait(buf.do_full(), buf.parity(it));
@@ -606,7 +607,7 @@ __device__ __forceinline__ void consume(const DkdvParams& p, const KeyWork& w, c
       if constexpr (!Tile::kStagedDq) c.add_dq(dq, st.h, st.i0);
       if (p.b.dq_order) TurnRing::release(buf.turn_done(t));
     }
-    if (kRowSums && (it + 1) % w.tiles_per_head == 0) {  // the head's last step
+    if (kRowSums && walk.ends_head()) {
       c.store_colsum(st.h, buf.colsums());
       if (it + 1 < w.steps) c.load_key_terms(st.h + 1, buf.key_terms());
     }
