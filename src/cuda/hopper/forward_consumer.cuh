@@ -88,6 +88,11 @@ class Consumer {
         g_ref_(gc_ ? gc_[w.m0] : 0.f) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) rows_[r] = SoftmaxRow{};
+  }
+
+  // The output accumulators start with the first P V (issue_pv's `accumulate` false); an item without key blocks
+  // zeroes them instead.
+  __device__ __forceinline__ void zero_output() {
 #pragma unroll
     for (int i = 0; i < kO; ++i) o_[i] = 0.f;
   }
@@ -108,20 +113,22 @@ class Consumer {
   }
 
   // Issues O += P V for the value tile `v` as one wgmma group (V read transposed from its TMA layout; this
-  // consumer's columns from kCol0).
-  __device__ __forceinline__ void issue_pv(const Probs& pa, const T* v) {
+  // consumer's columns from kCol0); O = P V where not `accumulate` (the item's first block).
+  __device__ __forceinline__ void issue_pv(const Probs& pa, const T* v, bool accumulate) {
     const uint64_t v0 = ptx::mn_major_descriptor(my_columns(v), BN, 0);
 #pragma unroll
-    for (int t = 0; t < BN / 16; ++t) ptx::Wgmma<T, kOCols, 1>::rs(o_, pa[t], ptx::mn_major_step(v0, t), true);
+    for (int t = 0; t < BN / 16; ++t)
+      ptx::Wgmma<T, kOCols, 1>::rs(o_, pa[t], ptx::mn_major_step(v0, t), accumulate || t > 0);
     ptx::wgmma_commit();
   }
 
-  // Split V, consumer 1: O += P V with P from the shared buffer `p` (store_probs' layout).
-  __device__ __forceinline__ void issue_pv_shared(const T* p, const T* v) {
+  // Split V, consumer 1: the same with P from the shared buffer `p` (store_probs' layout).
+  __device__ __forceinline__ void issue_pv_shared(const T* p, const T* v, bool accumulate) {
     const uint64_t p0 = ptx::k_major_descriptor(p, Tile::BM, 0), v0 = ptx::mn_major_descriptor(my_columns(v), BN, 0);
 #pragma unroll
     for (int t = 0; t < BN / 16; ++t)
-      ptx::Wgmma<T, kOCols, 1>::ss(o_, ptx::descriptor_step(p0, Tile::BM, t), ptx::mn_major_step(v0, t), true);
+      ptx::Wgmma<T, kOCols, 1>::ss(o_, ptx::descriptor_step(p0, Tile::BM, t), ptx::mn_major_step(v0, t),
+                                   accumulate || t > 0);
     ptx::wgmma_commit();
   }
 

@@ -278,7 +278,7 @@ __device__ __forceinline__ void consume(Consumer<T, kK, kV>& c, const Stages<kK,
       ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
       ptx::wgmma_fence();  // P's registers again after the wait loop
     }
-    c.issue_pv(pa, st.template v<T>(st.stage(vb)));
+    c.issue_pv(pa, st.template v<T>(st.stage(vb)), i > 1);
     turns.pass();
     ptx::wgmma_wait<1>();
     ptx::wgmma_hold(s);
@@ -298,7 +298,7 @@ __device__ __forceinline__ void consume(Consumer<T, kK, kV>& c, const Stages<kK,
   ptx::barrier_wait(st.v_full(st.stage(vb)), st.parity(vb));
   turns.take();
   ptx::wgmma_fence();
-  c.issue_pv(pa, st.template v<T>(st.stage(vb)));
+  c.issue_pv(pa, st.template v<T>(st.stage(vb)), w.blocks > 1);
   turns.pass();
   ptx::wgmma_wait<0>();
   c.hold_output();
@@ -325,6 +325,8 @@ __device__ __forceinline__ void score_half(const ForwardParams& p, const Stages<
       ptx::barrier_arrive(st.p_full(hb));
     };
     consume(c, st, Turns<1>(0), w, ring, tiles, p.a, hand);
+  } else {
+    c.zero_output();
   }
   Ring<1>::wait_free(st.scales_empty(), items);
   c.epilogue(st.out_scales());
@@ -338,6 +340,7 @@ __device__ __forceinline__ void value_half(const ForwardParams& p, const Stages<
                                            uint32_t ring, uint32_t items) {
   using H = typename Stages<kK, kV>::Handoff;
   Consumer<T, kK, kV, kV / 2> c(p.a, w, 1, st.template q<T>());
+  if (w.blocks == 0) c.zero_output();
   for (int i = 0; i < w.blocks; ++i) {
     const uint32_t b = ring + i;
     const int hb = H::stage(b);
@@ -348,7 +351,7 @@ __device__ __forceinline__ void value_half(const ForwardParams& p, const Stages<
     }
     ptx::barrier_wait(st.v_full(st.stage(b)), st.parity(b));
     ptx::wgmma_fence();
-    c.issue_pv_shared(st.template probs<T>(hb), st.template v<T>(st.stage(b)));
+    c.issue_pv_shared(st.template probs<T>(hb), st.template v<T>(st.stage(b)), i > 0);
     ptx::wgmma_wait<0>();
     c.hold_output();
     st.release(st.v_empty(st.stage(b)));
@@ -425,6 +428,8 @@ __global__ void __launch_bounds__(ForwardTile<kK, kV>::kThreads, 1)
       if (w.blocks > 0) {
         detail::consume(consumer, st, turns, w, ring, tiles, p.a, [](uint32_t, const auto&, float2) {});
         ring += w.blocks, ++tiles;
+      } else {
+        consumer.zero_output();
       }
       if (plan.any()) {
         Ring<1>::wait_free(st.out_empty(me), items);  // the storers have the previous item's rows out
