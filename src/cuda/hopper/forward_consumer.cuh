@@ -240,8 +240,9 @@ class Consumer {
   // combination is its own code, so that every store is a plain shared or global one.
   __device__ __forceinline__ void epilogue(OutputPlan plan, unsigned char* stage) {
     if constexpr (Tile::kStageO && kStageByMatrix) {
-      if (plan.o && plan.codes) return stage_rows<true>(stage);
-      if (plan.o) return stage_rows<false>(stage);
+      if (plan.o && plan.codes) return stage_rows<CodesTo::stage>(stage);
+      if (plan.o && !p_.o_residual.data) return stage_rows<CodesTo::none>(stage);
+      if (plan.o) return stage_rows<CodesTo::global>(stage);
     } else if constexpr (Tile::kStageO) {
       if (plan.o && plan.codes)
         return finish_rows([&](int half, int row, float s) { write_row<true, true>(half, row, s, stage); });
@@ -282,10 +283,13 @@ class Consumer {
     }
   }
 
+  // Where stage_rows puts the residual codes: nowhere (none asked), into the staging rows, or to global memory.
+  enum class CodesTo { none, stage, global };
+
   // Both of this thread's rows, scaled, into the staging rows `stage` (o by stmatrix: a warp's two row halves of two
-  // 8-column blocks an instruction) and their residual codes (kCodes: staged too, else to global memory where
-  // asked). Rows past the sequence stage zeros, which the storers skip.
-  template <bool kCodes>
+  // 8-column blocks an instruction) and their residual codes (kCodes). Rows past the sequence stage zeros, which the
+  // storers skip.
+  template <CodesTo kCodes>
   __device__ __forceinline__ void stage_rows(unsigned char* stage) {
     float scale[2] = {0.f, 0.f};
     finish_rows([&](int half, int, float s) { scale[half] = s; });
@@ -294,7 +298,7 @@ class Consumer {
     unsigned char* const rows = stage + (warp_ * 16 + lane_ % 8 + 8 * (m % 2)) * Tile::kOutPitch + 16 * (m / 2);
     const int col = kCol0 + 2 * (lane_ % 4);
     int8_t* res[2] = {nullptr, nullptr};
-    if constexpr (!kCodes)
+    if constexpr (kCodes == CodesTo::global)
       for (int half = 0; half < 2; ++half) {
         const int row = row0_ + tile_row() + 8 * half;
         if (p_.o_residual.data && row < len_)
@@ -309,10 +313,10 @@ class Consumer {
         const int jj = j + q / 2, half = q % 2;
         const float2 x = {o_[4 * jj + 2 * half] * scale[half], o_[4 * jj + 2 * half + 1] * scale[half]};
         packed[q] = ptx::pack2<T>(x.x, x.y);
-        if constexpr (kCodes)
+        if constexpr (kCodes == CodesTo::stage)
           store_residual_pair<T>(reinterpret_cast<int8_t*>(stage + Tile::codes_at(tile_row() + 8 * half, col + 8 * jj)),
                                  x, ptx::unpack2<T>(packed[q]), true);
-        else if (res[half] && kCol0 + 8 * jj < p_.V)
+        else if (kCodes == CodesTo::global && res[half] && kCol0 + 8 * jj < p_.V)
           store_residual_pair<T>(res[half] + 8 * jj, x, ptx::unpack2<T>(packed[q]), pairs);
       }
       ptx::stmatrix_x4(rows + 16 * j, packed);
