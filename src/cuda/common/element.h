@@ -9,6 +9,7 @@
 
 #include "common/o_residual.h"
 #include "cuda/common/element_type.h"
+#include "cuda/ptx/mma.h"
 
 namespace flashgate::cuda {
 
@@ -70,38 +71,40 @@ __device__ __forceinline__ float residual_value(int8_t code, float rounded) {
   else return 0.f;
 }
 
-// The codes of two adjacent output values as one 16-bit pair (the first in the low byte). bf16 takes a shorter
-// route to residual::encode's result: with its shift of 8, a code is byte 1 of d + 128 once that lies in
-// [-127 * 256, 127 * 256 + 255], which a max and the saturating 16-bit pack ensure (3.5 instructions a code
-// instead of 6.5: the consumers' epilogue is on the forward's critical path).
+// The codes of two adjacent output values (`exact` fp32, `rounded` the pair as stored: T's two 16-bit values) as one
+// 16-bit pair, the first in the low byte. bf16 takes a shorter route to residual::encode's result: a value's fp32
+// bits are its bf16 bits shifted up, and with a shift of 8 a code is byte 1 of d + 128 once that lies in
+// [-127 * 256, 127 * 256 + 255], which a max and the saturating 16-bit pack ensure (3.5 instructions a code against
+// 6.5: the consumers' epilogue is on the Hopper forward's critical path).
 template <class T>
-__device__ __forceinline__ uint16_t residual_code_pair(float2 exact, float2 rounded) {
+__device__ __forceinline__ uint16_t residual_code_pair(float2 exact, uint32_t rounded) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const auto biased = [](float x, float r) {
-      const int d = static_cast<int>(residual::bits_of(x) - residual::bits_of(r) + 128u);
+    const auto biased = [](float x, uint32_t rounded_bits) {
+      const int d = static_cast<int>(residual::bits_of(x) - rounded_bits + 128u);
       return d > -127 * 256 ? d : -127 * 256;
     };
-    uint32_t both;  // biased(y) saturated to 16 bits in the high half, biased(x) in the low one
+    uint32_t both;  // the second's saturated to 16 bits in the high half, the first's in the low one
     asm("cvt.pack.sat.s16.s32 %0, %1, %2;\n"
         : "=r"(both)
-        : "r"(biased(exact.y, rounded.y)), "r"(biased(exact.x, rounded.x)));
+        : "r"(biased(exact.y, rounded & 0xFFFF0000u)), "r"(biased(exact.x, rounded << 16)));
     return static_cast<uint16_t>(__byte_perm(both, 0u, 0x31));
   } else {
-    const int8_t c0 = residual_code<T>(exact.x, rounded.x), c1 = residual_code<T>(exact.y, rounded.y);
+    const float2 r = ptx::unpack2<T>(rounded);
+    const int8_t c0 = residual_code<T>(exact.x, r.x), c1 = residual_code<T>(exact.y, r.y);
     return static_cast<uint16_t>(static_cast<uint8_t>(c0) | static_cast<uint8_t>(c1) << 8);
   }
 }
 
-// Stores the residual codes of two adjacent output values (`exact` fp32, `rounded` as stored) at dst[0..1]:
+// Stores the residual codes of two adjacent output values (`exact` fp32, `rounded` the pair as stored) at dst[0..1]:
 // one 16-bit store where dst is 2-byte aligned (`pair`), else `n` (1 or 2) byte stores.
 template <class T>
-__device__ __forceinline__ void store_residual_pair(int8_t* dst, float2 exact, float2 rounded, bool pair, int n = 2) {
+__device__ __forceinline__ void store_residual_pair(int8_t* dst, float2 exact, uint32_t rounded, bool pair, int n = 2) {
   if (pair && n == 2) {
     *reinterpret_cast<uint16_t*>(dst) = residual_code_pair<T>(exact, rounded);
   } else {
-    const int8_t c0 = residual_code<T>(exact.x, rounded.x), c1 = residual_code<T>(exact.y, rounded.y);
-    dst[0] = c0;
-    if (n == 2) dst[1] = c1;
+    const float2 r = ptx::unpack2<T>(rounded);
+    dst[0] = residual_code<T>(exact.x, r.x);
+    if (n == 2) dst[1] = residual_code<T>(exact.y, r.y);
   }
 }
 

@@ -315,9 +315,9 @@ class Consumer {
         packed[q] = ptx::pack2<T>(x.x, x.y);
         if constexpr (kCodes == CodesTo::stage)
           store_residual_pair<T>(reinterpret_cast<int8_t*>(stage + Tile::codes_at(tile_row() + 8 * half, col + 8 * jj)),
-                                 x, ptx::unpack2<T>(packed[q]), true);
+                                 x, packed[q], true);
         else if (kCodes == CodesTo::global && res[half] && kCol0 + 8 * jj < p_.V)
-          store_residual_pair<T>(res[half] + 8 * jj, x, ptx::unpack2<T>(packed[q]), pairs);
+          store_residual_pair<T>(res[half] + 8 * jj, x, packed[q], pairs);
       }
       ptx::stmatrix_x4(rows + 16 * j, packed);
     }
@@ -341,9 +341,9 @@ class Consumer {
         else *reinterpret_cast<uint32_t*>(dst + 8 * j) = packed;
         if constexpr (kCodes)
           store_residual_pair<T>(reinterpret_cast<int8_t*>(stage + Tile::codes_at(r, col + 8 * j)), x,
-                                 ptx::unpack2<T>(packed), true);
+                                 packed, true);
         else if (res)
-          store_residual_pair<T>(res + 8 * j, x, ptx::unpack2<T>(packed), pairs);
+          store_residual_pair<T>(res + 8 * j, x, packed, pairs);
       }
   }
 

@@ -356,7 +356,7 @@ class ForwardBlock {
       const int n = min(2, w_.v_width - (col + j * 8));  // columns of this chunk left in V
       if (n <= 0) continue;
       const float2 x = {o[j][2 * half] * scale, o[j][2 * half + 1] * scale};
-      store_residual_pair<T>(res + j * 8, x, ptx::unpack2<T>(ptx::pack2<T>(x.x, x.y)), pairs, n);
+      store_residual_pair<T>(res + j * 8, x, ptx::pack2<T>(x.x, x.y), pairs, n);
     }
   }
 
