@@ -99,12 +99,12 @@ __device__ __forceinline__ uint16_t residual_code_pair(float2 exact, uint32_t ro
 // one 16-bit store where dst is 2-byte aligned (`pair`), else `n` (1 or 2) byte stores.
 template <class T>
 __device__ __forceinline__ void store_residual_pair(int8_t* dst, float2 exact, uint32_t rounded, bool pair, int n = 2) {
+  const uint16_t codes = residual_code_pair<T>(exact, rounded);
   if (pair && n == 2) {
-    *reinterpret_cast<uint16_t*>(dst) = residual_code_pair<T>(exact, rounded);
+    *reinterpret_cast<uint16_t*>(dst) = codes;
   } else {
-    const float2 r = ptx::unpack2<T>(rounded);
-    dst[0] = residual_code<T>(exact.x, r.x);
-    if (n == 2) dst[1] = residual_code<T>(exact.y, r.y);
+    dst[0] = static_cast<int8_t>(codes & 0xFFu);
+    if (n == 2) dst[1] = static_cast<int8_t>(codes >> 8);
   }
 }
 
