@@ -74,7 +74,7 @@ __device__ __forceinline__ float residual_value(int8_t code, float rounded) {
 // The codes of two adjacent output values (`exact` fp32, `rounded` the pair as stored: T's two 16-bit values) as one
 // 16-bit pair, the first in the low byte. bf16 takes a shorter route to residual::encode's result: a value's fp32
 // bits are its bf16 bits shifted up, and with a shift of 8 a code is byte 1 of d + 128 once that lies in
-// [-127 * 256, 127 * 256 + 255], which a max and the saturating 16-bit pack ensure (3.5 instructions a code against
+// [-127 * 256, 127 * 256 + 255], which a max and the saturating 16-bit pack ensure (4.5 instructions a code against
 // 6.5: the consumers' epilogue is on the Hopper forward's critical path).
 template <class T>
 __device__ __forceinline__ uint16_t residual_code_pair(float2 exact, uint32_t rounded) {
