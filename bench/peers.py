@@ -48,6 +48,18 @@ def flashgate_training(row, t, backend="auto"):
     return fwd
 
 
+def flashgate_no_grad(row, t):
+    """flashgate's forward where no backward follows (torch.no_grad: o's rounding residual, which the backward's D
+    needs, is not kept): the variant that isolates what keeping it costs the training forward. Forward only."""
+    train = flashgate_training(row, t)
+
+    def fwd():
+        with torch.no_grad():
+            return train()
+    fwd.forward_only = True
+    return fwd
+
+
 def flashgate_backend_training(backend):
     """flashgate forced onto one backend (e.g. 'hopper' while `auto` does not take it yet)."""
     return lambda row, t: flashgate_training(row, t, backend)

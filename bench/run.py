@@ -1,6 +1,7 @@
 """flashgate against its peers on every row of bench/rows.txt, in one process, on one GPU.
 
     python bench/run.py --out OUTDIR [--fla PATH] [--vllm PATH] [--rows TEXT|TEXT...] [--peers LIST]
+                        [--flashgate-no-grad]
 
 Writes OUTDIR/results.json (raw), OUTDIR/report.md (tables of TFLOP/s, GB/s and flashgate/peer ratios),
 OUTDIR/*.png (plots). A contender that cannot run a case is reported with its error, never as a ratio; a
@@ -65,7 +66,7 @@ def training_inputs(row):
 def time_training(fwd, t, skip_backward, rep_ms):
     """fwd / bwd / fwd+bwd median ms of one contender (autograd for the backward, as users run it)."""
     res = {"fwd_ms": measure.median_ms(lambda: fwd(), rep_ms=rep_ms)}
-    if skip_backward:
+    if skip_backward or getattr(fwd, "forward_only", False):
         return res
     grads = [x for x in (t["q"], t["k"], t["v"], t.get("g"), t.get("sink")) if x is not None]
     o = fwd()
@@ -298,6 +299,8 @@ def main():
     ap.add_argument("--skip-backward", action="store_true")
     ap.add_argument("--flashgate-backends", default="",
                     help="flashgate forced onto these backends too, as extra contenders (e.g. hopper)")
+    ap.add_argument("--flashgate-no-grad", action="store_true",
+                    help="also flashgate's forward with no backward to follow (no residual kept), forward only")
     ap.add_argument("--only", choices=["training", "serving"], default=None)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -314,6 +317,8 @@ def main():
     contenders = {"flashgate": peers.flashgate_training}
     for backend in filter(None, args.flashgate_backends.split(",")):
         contenders[f"flashgate {backend}"] = peers.flashgate_backend_training(backend)
+    if args.flashgate_no_grad:
+        contenders["flashgate no grad"] = peers.flashgate_no_grad
     wanted = set(args.peers.split(","))
     contenders.update({n: b for n, b in peers.TRAINING_PEERS.items() if n in wanted})
     if args.fla and "FLA" in wanted:

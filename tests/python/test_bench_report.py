@@ -57,3 +57,12 @@ def test_serving_rows_show_both_timings(report):
     fp8["contenders"]["flashgate"]["tokens_per_s_back_to_back"] = 1900.0
     row["contenders"]["flashgate"]["tokens_per_s_back_to_back"] = 1000.0
     assert report.fp8_table([row, fp8]).splitlines()[2] == "| paged | B8 | 0.300 | 0.150 (2.00x; back to back 1.90x) |"
+
+
+def test_forward_only_contender_shows_its_forward_and_ratio(report):
+    fg = {"status": "ok", "fwd_tflops": 500.0, "bwd_tflops": 400.0, "fwdbwd_tflops": 420.0}
+    no_grad = {"status": "ok", "fwd_tflops": 525.0}  # timed forward only: no backward figures
+    lines = report.training_table([{"row": "B8", "contenders": {"flashgate": fg, "flashgate no grad": no_grad}}])
+    lines = lines.splitlines()
+    assert "flashgate no grad fwd / bwd / fwd+bwd" in lines[0] and "vs flashgate no grad" in lines[0]
+    assert lines[2] == "| B8 | 500 / 400 / 420 | 525 / — / — | 0.95x / — / — |"
