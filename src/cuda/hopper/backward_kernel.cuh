@@ -160,26 +160,24 @@ __device__ __forceinline__ int* dq_turn_counter(const bwd::BackwardParams& p, co
                                                 int rows) {
   return p.dq_order + bwd::dq_order_index(p.a, w.seq.batch, h, w.seq_index, w.seq.start, i0, rows);
 }
-// The adds counted so far as lane 0 reads them (relaxed; the other lanes get 0, wait_dq_turn goes by lane 0's).
-// Read a step ahead of the wait, its round trip to L2 hides under the step's MMAs.
+// The adds counted so far as lane 0 reads them (the other lanes get 0; dq_turn_come goes by lane 0's). Read a
+// step ahead of the turn, its round trip to L2 hides under the step's MMAs; an acquiring read, so that the turn
+// needs no second one once the count is seen.
 __device__ __forceinline__ int peek_dq_turns(const int* counter) {
   if (threadIdx.x % 32 != 0) return 0;
   ::cuda::atomic_ref<const int, ::cuda::thread_scope_device> count(*counter);
-  return count.load(::cuda::memory_order_relaxed);
+  return count.load(::cuda::memory_order_acquire);
 }
-// Waits for `turn` adds, polling only while `seen` (what peek_dq_turns read earlier) is short of it; the loop stays
-// warp-uniform (a divergent one makes ptxas serialise the kernel's wgmmas). Then lane 0's acquiring read and the
-// warp barrier order every lane's adds after the counted ones (a fence there cost deterministic mode 7%).
-__device__ __forceinline__ void wait_dq_turn(const int* counter, int turn, int seen) {
-  while (__shfl_sync(0xffffffffu, seen, 0) < turn) {
-    __nanosleep(64);
+// Whether `turn` adds are counted (one try, by what peek_dq_turns read into `seen`, which it reads again while
+// short). Warp-uniform (a divergent loop makes ptxas serialise the kernel's wgmmas). Lane 0's acquiring read and
+// the warp barrier order every lane's adds after the counted ones (a fence there cost deterministic mode 7%).
+__device__ __forceinline__ bool dq_turn_come(const int* counter, int turn, int& seen) {
+  if (__shfl_sync(0xffffffffu, seen, 0) < turn) {
     seen = peek_dq_turns(counter);
-  }
-  if (threadIdx.x % 32 == 0) {
-    ::cuda::atomic_ref<const int, ::cuda::thread_scope_device> count(*counter);
-    (void)count.load(::cuda::memory_order_acquire);
+    return false;
   }
   __syncwarp();
+  return true;
 }
 // Counts `adds` adds to the dQ rows of `counter` (lane 0, release): the warp barrier orders every lane's adds, and
 // every add the warp synchronised with before (the turn warp: the consumer warps' through turn_done), before the
@@ -388,15 +386,17 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
   }
 }
 
-// Deterministic mode's turn warp: per step of an item, in the consumers' order, it waits until every other key tile
-// that adds to the step's dQ rows before this one counted its adds there (lane 0 polls, then reads with acquire),
-// hands the turn to the writer warp (and with the row sums the consumers) (turn_ready), and once they made their
-// adds (turn_done) counts them for the tiles waiting after this one (release). The adds are ordered after the
-// acquire and before the release through the two barriers, so the waits and the round trips to L2 fall on this warp
-// while the consumers go on. A step's count goes out before the warp waits for the next step's turn, whose count it
-// read while the step's adds ran: where that was enough, the turn costs no round trip.
+// Deterministic mode's turn warp: per step of an item, in the consumers' order, it hands the turn to the writer
+// warp (and with the row sums the consumers) (turn_ready) once every other key tile that adds to the step's dQ rows
+// before this one counted its adds there (lane 0's acquiring reads), and once they made the step's adds (turn_done)
+// counts them for the tiles waiting after this one (release). The adds are ordered after the acquire and before the
+// release through the two barriers, so the waits and the round trips to L2 fall on this warp while the consumers go
+// on. The next step's counter is read while the step's adds run: where that was enough, the turn costs no round
+// trip. kHandEarly: such a turn goes out before the count of the step before, which waits for that step's adds to
+// complete, so that the writer's next adds do not wait for it (the wide kernel, whose 48-64 KB adds take long);
+// otherwise every count goes first (the narrow kernel: handed early, its sink rows measured 3% slower).
 // tile_adds: the count a key tile makes at a row block (a fixed number a step: kReleasers per CTA).
-template <class Buf>
+template <bool kHandEarly, class Buf>
 __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                            uint32_t step, int tile_adds) {
   using Tile = typename Buf::Tile;
@@ -409,14 +409,19 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
   int seen = peek_dq_turns(counter);
   for (int it = 0; it < w.steps; ++it) {
     const uint32_t n = step + it;
+    const int turn = w.up ? dq_turn_ascending<Tile::BN, Tile::BM>(st.i0, w.j0, p.a.window, tile_adds)
+                          : dq_turn<Tile::BN, Tile::BM>(st.i0, w.j0, w.seq.len, tile_adds);
+    // An early turn takes a stage that step n - 2's adds freed (counted in the last round).
+    bool handed = kHandEarly && made != nullptr && dq_turn_come(counter, turn, seen);
+    if (handed && threadIdx.x % 32 == 0) ptx::barrier_arrive(buf.turn_ready(Turns::stage(n)));
     if (made) {
       ptx::barrier_wait(buf.turn_done(Turns::stage(n - 1)), Turns::parity(n - 1));
       count_dq_adds(made, Buf::kReleasers);
     }
-    const int turn = w.up ? dq_turn_ascending<Tile::BN, Tile::BM>(st.i0, w.j0, p.a.window, tile_adds)
-                          : dq_turn<Tile::BN, Tile::BM>(st.i0, w.j0, w.seq.len, tile_adds);
-    wait_dq_turn(counter, turn, seen);
-    if (threadIdx.x % 32 == 0) ptx::barrier_arrive(buf.turn_ready(Turns::stage(n)));
+    if (!handed) {
+      while (!dq_turn_come(counter, turn, seen)) __nanosleep(64);
+      if (threadIdx.x % 32 == 0) ptx::barrier_arrive(buf.turn_ready(Turns::stage(n)));
+    }
     made = counter;
     if (it + 1 < w.steps) {
       walk.next();
@@ -791,7 +796,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
         if (!w.valid || w.steps == 0) continue;
         using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
-        if (turns) bwd_detail::take_turns(p.b, buf, w, step, Buffers::kReleasers);
+        if (turns) bwd_detail::take_turns<false>(p.b, buf, w, step, Buffers::kReleasers);
         else if (writes) bwd_detail::write_dq(p.b, buf, w, step);
         else bwd_detail::stage_terms<typename Consumer::Scale, Buffers, Consumer::kSinkParts>(p.b, buf, w, step);
         step += w.steps;

@@ -662,7 +662,7 @@ __global__ void __launch_bounds__(DkdvWideTile<kK, kV>::kThreads, 1)
     const int col0 = kPaired ? Tile::kCtaK * static_cast<int>(ptx::cluster_rank()) : 0;
     if (warp == 0 && ptx::elect_one()) bwd_detail::produce<T>(p, buf, w, 0, 0, col0);
     else if (warp == 1) bwd_detail::stage_terms<PScale<T, kRowSums>>(p.b, buf, w, 0);  // Consumer::Scale
-    else if (warp == 2 && p.b.dq_order) bwd_detail::take_turns(p.b, buf, w, 0, Buffers::kReleasers * Tile::kPair);
+    else if (warp == 2 && p.b.dq_order) bwd_detail::take_turns<true>(p.b, buf, w, 0, Buffers::kReleasers * Tile::kPair);
     else if (warp == 3 && Tile::kStagedDq) bwd_detail::write_dq(p.b, buf, w, 0);
     return leave();
   }
