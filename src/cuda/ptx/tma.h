@@ -31,10 +31,6 @@ __device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t phase) {
   while (!::cuda::ptx::mbarrier_try_wait_parity(bar, phase)) {
   }
 }
-// Whether the phase of parity `phase` has completed, without waiting (a warp that polls two things at once).
-__device__ __forceinline__ bool barrier_done(uint64_t* bar, uint32_t phase) {
-  return ::cuda::ptx::mbarrier_test_wait_parity(bar, phase);
-}
 
 // ---- copies ---------------------------------------------------------------------------------------------------
 
