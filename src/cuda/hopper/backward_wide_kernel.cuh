@@ -4,7 +4,7 @@
 // the mass) and the gate's column sums of dS. Its shape is backward.h's DkdvWideTile: the two consumers split the
 // keys for S and dP and the head dims for dV, dK and dQ.
 //
-// Warpgroup 0 produces exactly as in the narrow kernel (backward_kernel.cuh: bwd_detail::produce, stage_terms); where
+// Warpgroup 0 produces exactly as in the narrow kernel (backward_roles.cuh: bwd_detail::produce, stage_terms); where
 // the bucket stages dQ (DkdvWideTile::kStagedDq) its warp 3 adds the consumers' staged dQ (bwd_detail::write_dq).
 // A consumer's step: S and dP of its BN / 2 keys (queries as rows, P made while dP runs), dS; once the other consumer
 // is done with the last step's P and dS, P and dS into shared memory; once both consumers' halves are in, dV^T +=
@@ -24,9 +24,24 @@
 // (rows: M, the queries).
 #pragma once
 
-#include "cuda/hopper/backward_kernel.cuh"
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/common/backward_params.h"
+#include "cuda/common/cuda_check.h"
+#include "cuda/common/element.h"
+#include "cuda/common/online_softmax.h"
+#include "cuda/common/visibility.h"
+#include "cuda/hopper/backward.h"
+#include "cuda/hopper/backward_roles.cuh"
 #include "cuda/hopper/dq_staging.cuh"
+#include "cuda/hopper/ring.h"
 #include "cuda/ptx/cluster.h"
+#include "cuda/ptx/fast_math.h"
+#include "cuda/ptx/tma.h"
+#include "cuda/ptx/warpgroup.h"
+#include "cuda/ptx/wgmma.h"
 
 namespace flashgate::cuda::hopper {
 
