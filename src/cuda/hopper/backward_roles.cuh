@@ -13,6 +13,7 @@
 #include "cuda/common/anchored_gate.cuh"
 #include "cuda/common/backward_params.h"
 #include "cuda/common/element.h"
+#include "cuda/common/online_softmax.h"
 #include "cuda/common/sequence.h"
 #include "cuda/common/tile_scheduler.h"
 #include "cuda/common/visibility.h"
