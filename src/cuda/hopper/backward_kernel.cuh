@@ -29,6 +29,7 @@
 #include "cuda/common/online_softmax.h"
 #include "cuda/common/visibility.h"
 #include "cuda/hopper/backward.h"
+#include "cuda/hopper/backward_keys_as_rows.cuh"
 #include "cuda/hopper/backward_roles.cuh"
 #include "cuda/hopper/dq_staging.cuh"
 #include "cuda/hopper/ring.h"
@@ -179,27 +180,10 @@ class Consumer {
     ptx::wgmma_commit();
   }
 
-  // P^T = exp2(S^T scale log2 e - row offset - key term) in place in s. Rows are this thread's keys, columns the
-  // step's queries at key positions from pos0 (i0 + key_shift); kMasked: the step's block crosses the causal
-  // diagonal, the window's edge or the keys' end (a slice pair's key_end: a sequence's keys past its end meet only
-  // rows past it, whose P is 0 through their terms).
+  // P^T in place in s (backward_keys_as_rows.cuh), the step's queries at key positions from pos0 (i0 + key_shift).
   template <bool kMasked>
   __device__ __forceinline__ void probabilities(float (&s)[kS], const float* terms, int pos0, float2 key_term) const {
-    const AttentionParams& a = p_.a;
-    const int c = lane_ % 4;
-    const unsigned bound = distance_bound(a.window);
-#pragma unroll
-    for (int j = 0; j < BM / 8; ++j) {
-      const float2 r = *reinterpret_cast<const float2*>(terms + 8 * j + 2 * c);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int q = pos0 + 8 * j + 2 * c + (e & 1), kk = key(e >> 1);
-        const float offset = ((e & 1) ? r.y : r.x) + (kRowSums ? ((e >> 1) ? key_term.y : key_term.x) : 0.f);
-        float pr = ptx::exp2_ftz(fmaf(s[4 * j + e], a.scale_log2, -offset));
-        if (kMasked && (!visible_at_distance(q - kk, bound) || kk >= a.key_end)) pr = 0.f;
-        s[4 * j + e] = pr;
-      }
-    }
+    probabilities_by_key<kMasked, kRowSums, BM>(s, p_.a, terms, pos0, make_int2(key(0), key(1)), key_term, lane_);
   }
 
   // dS^T = P^T (dP^T - D), with P^T and dS^T packed into the A operands pt and dst as they are made (P^T carries
@@ -235,18 +219,7 @@ class Consumer {
         pt[j / 2][2 * (j % 2) + half] = ptx::pack2<T>(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]);
         dst[j / 2][2 * (j % 2) + half] = ptx::pack2<T>(ds[2 * half], ds[2 * half + 1]);
       }
-      if constexpr (kRowSums) {
-        // Sum the four over the warp's 8 key rows (lanes c, c + 4, ..): each exchange halves what a lane keeps,
-        // so lane bits 4 and 3 end up naming which of the four it holds.
-        const bool b4 = lane_ & 16, b3 = lane_ & 8;
-        float keep0 = b4 ? sums[2] : sums[0], keep1 = b4 ? sums[3] : sums[1];
-        keep0 += __shfl_xor_sync(0xffffffffu, b4 ? sums[0] : sums[2], 16);
-        keep1 += __shfl_xor_sync(0xffffffffu, b4 ? sums[1] : sums[3], 16);
-        float keep = b3 ? keep1 : keep0;
-        keep += __shfl_xor_sync(0xffffffffu, b3 ? keep0 : keep1, 8);
-        keep += __shfl_xor_sync(0xffffffffu, keep, 4);
-        if (!(lane_ & 4)) partials[((b4 ? 8 : 0) + warp) * BM + 8 * j + 2 * c + (b3 ? 1 : 0)] = keep;
-      }
+      if constexpr (kRowSums) store_query_sums<8, BM>(sums, partials, warp, 8 * j + 2 * c, lane_);
     }
   }
 
