@@ -156,10 +156,7 @@ class Consumer {
   // pair's relative to its anchor, gate_anchor).
   __device__ __forceinline__ float2 key_terms(int64_t h) const {
     if (!kRowSums || !p_.a.has_gate) return make_float2(0.f, 0.f);
-    const float* gc = p_.a.gc_key_row(w_.seq.batch, h) + w_.seq.start;
-    const float anchor = gate_anchor<BN>(p_.a, w_, h);
-    const int k0 = key(0), k1 = key(1), keys = p_.a.key_len(w_.seq.len);
-    return make_float2(k0 < keys ? (gc[k0] - anchor) * kLog2e : 0.f, k1 < keys ? (gc[k1] - anchor) * kLog2e : 0.f);
+    return key_gate_terms<BN>(p_.a, w_, h, key(0));
   }
 
   // S^T = K Q^T and dP^T = V dO^T for this consumer's keys, as two wgmma groups (P is made while dP^T runs).
@@ -247,16 +244,7 @@ class Consumer {
 
   // kRowSums with a gate: at the end of query head h's steps, the key rows' sums of dS over its queries.
   __device__ __forceinline__ void store_colsum(int64_t h) {
-    if constexpr (kRowSums) {
-      const int64_t base = p_.key_index(w_.seq.batch, h, w_.seq.start);
-      const int keys = p_.a.key_len(w_.seq.len);
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float v = quad_sum(colsum_[half]);
-        colsum_[half] = 0.f;
-        if (p_.a.has_gate && lane_ % 4 == 0 && key(half) < keys) p_.colsum[base + key(half)] = v;
-      }
-    }
+    if constexpr (kRowSums) store_key_colsums(colsum_, p_, w_, h, key(0), lane_, true);
   }
 
   // dS^T into shared memory (rows: the tile's keys, columns: the step's queries in swizzled 64-column blocks) for

@@ -1,12 +1,16 @@
 // Steps of the Hopper backward made with the keys as rows (sm_90a): S^T = K Q^T and dP^T = V dO^T as m64nN
 // accumulators whose rows are the tile's keys and whose columns are the step's queries (cuda/ptx/wgmma.h has the
-// accumulator layout). The narrow kernel's consumers and the wide kernel's split consumers take them.
+// accumulator layout), and the gate's terms and column sums of a thread's keys. The narrow kernel's consumers and the
+// wide kernel's split consumers take them.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/common/attention_params.h"
+#include "cuda/common/backward_params.h"
+#include "cuda/common/online_softmax.h"
 #include "cuda/common/visibility.h"
+#include "cuda/hopper/backward_roles.cuh"
 #include "cuda/ptx/fast_math.h"
 
 namespace flashgate::cuda::hopper {
@@ -36,6 +40,32 @@ __device__ __forceinline__ void probabilities_by_key(float (&s)[kN / 2], const A
       if (kMasked && (!visible_at_distance(q - kk, bound) || kk >= a.key_end)) pr = 0.f;
       s[4 * j + e] = pr;
     }
+  }
+}
+
+// With a gate: its key terms Gc_key log2 e of a thread's keys (key0 and key0 + 8: accumulator rows g and g + 8) for
+// query head h, 0 past the keys' end, a slice pair's relative to its anchor (gate_anchor).
+template <int BN>
+__device__ __forceinline__ float2 key_gate_terms(const AttentionParams& a, const KeyWork& w, int64_t h, int key0) {
+  const float* gc = a.gc_key_row(w.seq.batch, h) + w.seq.start;
+  const float anchor = gate_anchor<BN>(a, w, h);
+  const int k0 = key0, k1 = key0 + 8, n = a.key_len(w.seq.len);
+  return make_float2(k0 < n ? (gc[k0] - anchor) * kLog2e : 0.f, k1 < n ? (gc[k1] - anchor) * kLog2e : 0.f);
+}
+
+// The gate's column sums of a thread's keys (key0 and key0 + 8: accumulator rows g and g + 8) for query head h: each
+// key's parts over the thread's columns (colsum, zeroed here) summed over its quad and stored by the quad's first
+// lane, where `store` says so (a CTA pair's second CTA holds the same sums) and the key is in the sequence.
+__device__ __forceinline__ void store_key_colsums(float (&colsum)[2], const bwd::BackwardParams& p, const KeyWork& w,
+                                                  int64_t h, int key0, int lane, bool store) {
+  const int64_t base = p.key_index(w.seq.batch, h, w.seq.start);
+  const int n = p.a.key_len(w.seq.len);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = key0 + 8 * half;
+    const float v = quad_sum(colsum[half]);
+    colsum[half] = 0.f;
+    if (p.a.has_gate && store && lane % 4 == 0 && key < n) p.colsum[base + key] = v;
   }
 }
 
