@@ -329,6 +329,38 @@ TEST(Backward, DeterministicAscendingWide) {
   }
 }
 
+// The same with a gate and a sink (the row sums): the 256 bucket's split consumers take the ascending order where a kv
+// head has up to DkdvWideTile's kAscendingGroup (8) query heads, keeping each head's column sums apart; a group of 16
+// and the 512 bucket keep the descending one. Bitwise repeats and the reference, packed and dense.
+TEST(Backward, DeterministicAscendingWideRowSums) {
+  FLASHGATE_REQUIRE_GPU();
+  for (DType d : {DType::f16, DType::bf16}) {
+    for (auto [K, V] : std::vector<std::pair<int64_t, int64_t>>{{256, 256}, {200, 136}, {512, 512}}) {
+      AttentionConfig c = base(d, K, V);
+      c.gate = c.sink = true;
+      c.packed = {0, 15, 65, 100, 300, 0, 97, 600};
+      c.heads = 8;
+      c.kv_heads = 2;
+      c.deterministic = true;
+      check_backward(c, 3);
+      c.packed.clear();
+      c.batch = 2;
+      c.seqlen = 520;
+      c.heads = 8;
+      c.kv_heads = 1;
+      check_backward(c, 3);
+    }
+    AttentionConfig c = base(d, 256, 256);
+    c.gate = c.sink = true;
+    c.batch = 1;
+    c.seqlen = 300;
+    c.heads = 16;
+    c.kv_heads = 1;
+    c.deterministic = true;
+    check_backward(c, 3);
+  }
+}
+
 TEST(Backward, DeterministicLongPackedGqa) {
   FLASHGATE_REQUIRE_GPU();
   AttentionConfig c = base(DType::bf16, 128, 128);

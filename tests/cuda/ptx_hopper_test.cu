@@ -311,6 +311,40 @@ TEST(PtxHopper, WarpSpecialisedRingWithPingPong) {
   }
 }
 
+// Two warpgroups with code of their own hand a shared buffer back and forth on the .aligned-free named barriers:
+// warpgroup 0 writes a round's values and arrives on barrier 1, warpgroup 1 waits there, reads values other warps
+// wrote and arrives on barrier 2, where warpgroup 0 waits before it writes the next round.
+constexpr int kHandoffRounds = 9;
+__global__ void __launch_bounds__(256, 1) handoff_kernel(int* out) {
+#if FG_SM90A_BODY
+  __shared__ int slot[128];
+  const int wg = threadIdx.x / 128, t = threadIdx.x % 128;
+  for (int round = 0; round < kHandoffRounds; ++round) {
+    if (wg == 0) {
+      slot[t] = 1000 * round + t;
+      ptx::named_barrier_arrive_any(1, 256);
+      ptx::named_barrier_sync_any(2, 256);
+    } else {
+      ptx::named_barrier_sync_any(1, 256);
+      out[128 * round + t] = slot[(t + 37) % 128];
+      ptx::named_barrier_arrive_any(2, 256);
+    }
+  }
+#endif
+}
+
+TEST(PtxHopper, NamedBarriersFromDifferentCode) {
+  FLASHGATE_REQUIRE_SM90();
+  DeviceVector<int> out(std::vector<int>(128 * kHandoffRounds, -1));
+  handoff_kernel<<<1, 256>>>(out.ptr);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<int> got = out.get();
+  for (int round = 0; round < kHandoffRounds; ++round)
+    for (int t = 0; t < 128; ++t)
+      ASSERT_EQ(got[128 * round + t], 1000 * round + (t + 37) % 128) << "round " << round << " thread " << t;
+}
+
 constexpr int kRounds = 7, kSwapFloats = 4 * 128;  // per round, each CTA sends a float4 from each of 128 threads
 
 // CTA r of a 2-CTA cluster sends in[r][round][...] to the other each round, into slot round % 2 of the other's

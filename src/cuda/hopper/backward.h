@@ -68,55 +68,63 @@ struct DkdvTile {
 
 // The wide buckets (K or V above 128, backward_wide_kernel.cuh): K, V up to 256 or 512, and K up to 192 with V up
 // to 128 (that common shape in the 256 bucket would do 1.6x its FLOPs). dK and dV of a key tile do not fit one
-// consumer's registers, so the two consumers split the head dims instead of the keys. A CTA's item is BN keys of one
-// kv head (64; 96 at 192 / 128, whose accumulators leave room for them: each step's Q, dO and dQ then serve half as
-// many keys again, and those bytes through L2 bound the bucket at 64); per step of BM = 64 query rows each consumer
-// makes S and dP for BN / 2 of the keys (queries as rows), both write P and dS into shared memory, and then each
-// accumulates dV^T = dO^T P and dK^T = Q^T dS for its 64-dim blocks of the head dims (as rows, the keys as columns)
-// and makes dQ = dS K for its 64-column blocks of the 64 query rows.
+// consumer's registers. A CTA's item is BN keys of one kv head (64; 96 at 192 / 128), walked in steps of BM = 64
+// query rows.
 //
-// 512 / 512 (K or V above 256) pairs two CTAs in a cluster on one item, each with half of the head dims: a CTA holds
-// its halves of K, V, Q and dO, makes S and dP over its half (partial sums), hands its partials to the other CTA by
-// stores into its shared memory and adds the other's, so that both have the whole S and dP and make the same P and
-// dS; from there each works as the 256 / 256 kernel on its half (dV^T, dK^T, dQ's columns). The halves leave room for
-// one Q / dO stage only: dO is released once dV^T is made and Q once dK^T is, so that each reloads under the step's
-// later products.
+// 256 / 256 and 512 / 512 (kSplit) split the step's products by kind, with the keys as rows
+// (backward_wide_split.cuh): consumer 0 makes S^T and P^T, hands P^T (fp32) to consumer 1 through shared memory and
+// accumulates dV += P^T dO (m64n256, P^T in registers); consumer 1 makes dP^T, dS^T (and the row sums), accumulates
+// dK += dS^T Q (m64n256, dS^T in registers) and writes dS^T for dQ; each then makes dQ = dS K for half of the
+// columns. Every operand is read from shared memory once a step, and each consumer's scalar work runs under the
+// other's products.
+//
+// 512 / 512 pairs two CTAs in a cluster on one item, each with half of the head dims: a CTA holds its halves of K,
+// V, Q and dO; each consumer makes its product (S^T or dP^T) over its CTA's half, hands the partial to the same
+// consumer of the other CTA by stores into its shared memory and adds the other's, so that both CTAs make the same
+// P^T and dS^T; from there each works as the 256 / 256 kernel on its half.
+//
+// 192 / 128 (backward_wide_blocks.cuh) has each consumer make S and dP over half of the keys (queries as rows) and
+// write P and dS into shared memory, where both read them for dV^T = dO^T P and dK^T = Q^T dS (head dims as rows) and
+// dQ = dS K over their blocks of the head dims. It serves no row sums: its row-sum variant had ptxas serialise its
+// wgmmas (C7514), so those cases take the 256 bucket.
 template <int kK, int kV>
 struct DkdvWideTile {
   static constexpr int kPair = kK > 256 || kV > 256 ? 2 : 1;  // CTAs on one item (a cluster), each a head-dim half
   static constexpr int kCtaK = kK / kPair, kCtaV = kV / kPair;  // the head dims a CTA holds
+  static constexpr bool kSplit = kK == kV;
   // One Q / dO stage where shared memory has no room for a second beside the dQ slot (256 / 256) or the exchange
-  // (pairs): dO is released once dV^T is made and Q once dK^T is, so that each reloads under the step's later products.
-  static constexpr int BN = kK == 192 ? 96 : 64, BM = 64, kStages = kPair == 2 || kCtaK == 256 ? 1 : 2,
-                       kKBlocks = kCtaK / 64, kVBlocks = kCtaV / 64;
+  // (pairs): dO and Q are loaded on barriers of their own and each is released once its last product is made.
+  static constexpr int BN = kK == 192 ? 96 : 64, BM = 64, kStages = kSplit ? 1 : 2, kKBlocks = kCtaK / 64,
+                       kVBlocks = kCtaV / 64;
   static constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240;
-  // Whether the bucket serves the row sums (a gate or a sink): 192 / 128's row-sum variant has ptxas serialize its
-  // wgmmas (C7514), so those cases take the 256 bucket.
-  static constexpr bool kServesRowSums = kK == kV;
-  // P and dS are [64-key block][BM rows][64] tiles (the last block part filled at BN 96).
+  static constexpr bool kServesRowSums = kSplit;
   static constexpr uint32_t kKBytes = BN * kCtaK * 2, kVBytes = BN * kCtaV * 2;
-  static constexpr uint32_t kPBytes = BM * ((BN + 63) / 64 * 64) * 2;
   static constexpr uint32_t kQBytes = BM * kCtaK * 2, kDoBytes = BM * kCtaV * 2;
   static constexpr uint32_t kTermBytes = 2 * BM * 4;
-  static constexpr uint32_t kSumBytes = 2 * 2 * 2 * BM * 4;  // E and mass partials of both consumers, two buffers
-  static constexpr uint32_t kColsumBytes = 2 * 4 * 32 * 4;   // the gate's column-sum partials per consumer warp
-  static constexpr uint32_t kKeyTermBytes = BN * 4;          // the gate's key terms of the current query head
+  // kSplit: P^T in fp32 in the accumulators' order ([8 float4][128 threads]), dS^T as a swizzled [BN keys][BM] tile,
+  // and the row sums' partials of consumer 1's warps ([2 buffers][E | mass][4 warps][BM]). Else P and dS as
+  // [64-key block][BM rows][64] tiles (the last block part filled at BN 96).
+  static constexpr uint32_t kPtBytes = kSplit ? BN * BM * 4 : 0, kDsBytes = kSplit ? BN * BM * 2 : 0;
+  static constexpr uint32_t kSumBytes = kSplit ? 2 * 2 * 4 * BM * 4 : 0;
+  // Deterministic mode's ascending order walks the query heads innermost; with the row sums (kSplit only) the gate's
+  // column sums of each head then gather in shared memory, [kAscendingGroup heads][BN keys]: the row-sum cases take
+  // that order where a kv head has at most kAscendingGroup query heads.
+  static constexpr int kAscendingGroup = 8;
+  static constexpr uint32_t kColsumBytes = kSplit ? kAscendingGroup * BN * 4 : 0;
+  static constexpr uint32_t kPBytes = kSplit ? 0 : BM * ((BN + 63) / 64 * 64) * 2;
   // The step's dQ tile staged for a writer warp (dq_staging.cuh: 64 rows x kCtaK fp32); a pair's consumers add
   // theirs themselves (no shared memory left).
   static constexpr bool kStagedDq = kPair == 1;
   static constexpr uint32_t kDqSlotBytes = kStagedDq ? BM * kCtaK * 4 : 0;
-  // A pair's partial S and dP from the other CTA: two slots (by step parity) of [consumer][S | dP][BM x BN / 2] fp32.
-  static constexpr uint32_t kExchangeBytes = kPair == 2 ? 2 * 2 * 2 * (BM * BN / 2) * 4 : 0;
-  static constexpr size_t bytes_with(int pds_buffers) {
-    return kKBytes + kVBytes + kStages * (kQBytes + kDoBytes) + pds_buffers * 2 * kPBytes + kStages * kTermBytes +
-           kSumBytes + kColsumBytes + kKeyTermBytes + kExchangeBytes + kDqSlotBytes + 1024;
+  // A pair's partial S^T and dP^T from the other CTA: two slots (by step parity) of [consumer][BN x BM] fp32.
+  static constexpr uint32_t kExchangeBytes = kPair == 2 ? 2 * 2 * BN * BM * 4 : 0;
+  static constexpr size_t smem_bytes() {
+    return kKBytes + kVBytes + kStages * (kQBytes + kDoBytes) + kDsBytes + kPtBytes + 2 * kPBytes +
+           kStages * kTermBytes + kSumBytes + kColsumBytes + kExchangeBytes + kDqSlotBytes + 1024;
   }
-  // P and dS in two buffers where shared memory allows (192 / 128): a step then writes the buffer that the step two
-  // back read, which the last step's barrier already waited for, and needs no barrier of its own for it.
-  static constexpr int kPdsBuffers = bytes_with(2) <= 227 * 1024 ? 2 : 1;
-  static constexpr size_t smem_bytes() { return bytes_with(kPdsBuffers); }
-  static_assert((kK == kV && (kK == 256 || kK == 512)) || (kK == 192 && kV == 128),
+  static_assert((kSplit && (kK == 256 || kK == 512)) || (kK == 192 && kV == 128),
                 "head dims of the wide Hopper backward");
+  static_assert(!kSplit || BN == 64, "the split consumers' S^T and dP^T are m64 over the tile's keys");
   static_assert(register_split_fits(3, kProducerRegs, kConsumerRegs), "register budget of the wide Hopper backward");
   static_assert(smem_bytes() <= 227 * 1024, "the wide Hopper backward's buffers exceed shared memory");
   // dK and dV leave through the Q / dO stages as row-major [BN][kCtaK] and [BN][kCtaV] tiles.

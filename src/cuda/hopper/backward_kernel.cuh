@@ -372,6 +372,8 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
 #if FG_HOPPER_BWD_BODY
   using Tile = DkdvTile<kD>;
   using Buffers = bwd_detail::Buffers<kD>;
+  // The ascending order walks the query heads innermost, which the row sums (per head) do not allow here.
+  constexpr bwd_detail::Walks kWalks = kRowSums ? bwd_detail::Walks::kDown : bwd_detail::Walks::kEither;
   extern __shared__ unsigned char raw[];
   __shared__ alignas(8) uint64_t bars[Buffers::kBarriers];
   __shared__ int item_number;
@@ -403,7 +405,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
           ptx::barrier_arrive(buf.kv_full());
           break;
         }
-        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
+        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, kWalks>(p.b, keys, item);
         if (!w.valid || w.steps == 0) {
           ptx::barrier_arrive(buf.kv_full());  // nothing to load: the number alone
           continue;
@@ -417,7 +419,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
         const int item = bwd_detail::handed_item(buf.item);
         Buffers::KvRing::release(buf.kv_empty());
         if (item < 0) break;
-        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
+        const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, kWalks>(p.b, keys, item);
         if (!w.valid || w.steps == 0) continue;
         using Consumer = bwd_detail::Consumer<T, kD, kRowSums>;
         if (turns) bwd_detail::take_turns<false>(p.b, buf, w, step, Buffers::kReleasers);
@@ -437,7 +439,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
     ptx::barrier_wait(buf.kv_full(), Buffers::KvRing::parity(item_n));
     const int item = bwd_detail::handed_item(buf.item);
     if (item < 0) break;
-    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, !kRowSums>(p.b, keys, item);
+    const bwd_detail::KeyWork w = bwd_detail::key_work<Tile::BN, Tile::BM, kWalks>(p.b, keys, item);
     if (!w.valid) {
       Buffers::KvRing::release(buf.kv_empty());
       continue;

@@ -54,8 +54,11 @@ __device__ __forceinline__ int handed_item(const int* slot) {
   return __shfl_sync(0xffffffffu, threadIdx.x % 32 == 0 ? *static_cast<const volatile int*>(slot) : 0, 0);
 }
 
-// kMayAscend: the kernel variant takes deterministic mode's ascending order (else w.up is false at compile time).
-template <int BN, int BM, bool kMayAscend = false>
+// The step orders a kernel variant walks (KeyWork::up): the descending one only, either as
+// BackwardParams::dq_ascending says, or the ascending one only (w.up known at compile time but in kEither).
+enum class Walks { kDown, kEither, kUp };
+
+template <int BN, int BM, Walks kWalks = Walks::kDown>
 __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const TileSchedule& keys, int64_t item) {
   const AttentionParams& a = p.a;
   KeyWork w;
@@ -66,7 +69,7 @@ __device__ __forceinline__ KeyWork key_work(const bwd::BackwardParams& p, const 
   // ascending order (dq_turn_ascending) heaviest first: a tile only waits for tiles that come before it, which are
   // done or under way.
   const int64_t order = ki.order;
-  w.up = kMayAscend && p.dq_ascending;
+  w.up = kWalks == Walks::kUp || (kWalks == Walks::kEither && p.dq_ascending);
   const bool lightest_first = p.dq_order && !w.up;
   const TileMapEntry te = key_tile_heaviest_first(keys, lightest_first ? keys.num_tiles - 1 - order : order);
   if (te.seq < 0) return w;
@@ -112,6 +115,10 @@ class StepWalk {
   // The step before this one (the walk's first step must not ask).
   __device__ __forceinline__ Step previous() const {
     return inner_ > 0 ? at(outer_, inner_ - 1) : at(outer_ - 1, inner_count() - 1);
+  }
+  // The step after this one (the walk's last step must not ask).
+  __device__ __forceinline__ Step following() const {
+    return inner_ + 1 < inner_count() ? at(outer_, inner_ + 1) : at(outer_ + 1, 0);
   }
   // The step is its query head's last (descending order, where a head's row blocks come one after the other).
   __device__ __forceinline__ bool ends_head() const { return !w_.up && inner_ == w_.tiles_per_head - 1; }

@@ -101,14 +101,18 @@ void launch_hopper_dkdv(const DkdvTensors& args, const cuda::bwd::BackwardParams
   const DeviceFacts dev = device_facts(args.q.device_index);
   dp.b = p;
   // Deterministic mode's ascending order (BackwardParams::dq_ascending) walks the query heads innermost, which the
-  // row sums and the sink's parts (summed per head over its rows) do not allow. It pays where every key tile sees
+  // row sums and the sink's parts (summed per head over its rows) allow only in the 256 / 256 split consumers, for
+  // up to kAscendingGroup query heads a kv head (their column sums kept apart). It pays where every key tile sees
   // the rows below it and a tile's turn comes late enough after the one before it: where several query heads share
   // the kv head (their steps in between). With one query head a kv head the descending order measured better in the
   // wide kernel too (MHA D256 B2 H8 T8192 337-341 against 315-323 TFLOP/s, B1 H16 T16384 369-371 against 346-348;
   // B1 H8 T32768 348-350 against 358; GQA 16/4 D256 229-234 against 325-327). A window's key tiles see bands of like
   // size, where it costs (GQA 32/8 D128 T8192 window 1024: 243 against 306 TFLOP/s).
-  dp.b.dq_ascending =
-      p.deterministic && !p.needs_row_sums() && !p.sink_parts && p.a.window < 0 && p.a.group > 1;
+  using Split = cuda::hopper::DkdvWideTile<256, 256>;
+  const bool sums_ascend = wide(p) && !wide_192_128(p) && p.a.K <= 256 && p.a.V <= 256 &&
+                           p.a.group <= Split::kAscendingGroup;
+  dp.b.dq_ascending = p.deterministic && (!p.needs_row_sums() || sums_ascend) && !p.sink_parts && p.a.window < 0 &&
+                      p.a.group > 1;
   dp.b.kv_heads_together = kv_heads_together(dp.b, dev);
   const cuda::ElementType type = p.a.dtype;
   if (wide(p)) {

@@ -28,6 +28,15 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// The same for warps that reach the barrier from different instructions (two warpgroups that run code of their
+// own): barrier.sync and barrier.arrive without .aligned, which bar.sync and bar.arrive imply.
+__device__ __forceinline__ void named_barrier_sync_any(int id, int threads) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive_any(int id, int threads) {
+  asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // The warpgroup of this thread (128 threads) and its rank inside it, uniform per warp.
 __device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0); }
 __device__ __forceinline__ int warpgroup_thread() { return static_cast<int>(threadIdx.x) % 128; }
