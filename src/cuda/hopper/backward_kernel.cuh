@@ -479,8 +479,7 @@ __global__ void __launch_bounds__(DkdvTile<kD>::kThreads, 1)
       const bwd_detail::Step st = *walk;
       const uint32_t n = step + it;
       const int s = buf.stage(n), b = Buffers::DsRing::stage(n);
-      ptx::barrier_wait(buf.q_full(s), buf.parity(n));
-      ptx::barrier_wait(buf.t_full(s), buf.parity(n));  // not between issue and wait: a loop there serialises wgmma
+      buf.wait_step(s, buf.parity(n));
       if constexpr (!kRowSums && Tile::BM < Tile::BN) {
         // This consumer's 64 keys all above the step's rows (a causal item's first step at 64-row steps): P and dS
         // are 0, dV and dK unchanged; its dS^T block for the dQ of this step is zero.

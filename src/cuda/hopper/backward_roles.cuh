@@ -205,6 +205,12 @@ struct StepBarriers {
   __device__ __forceinline__ uint64_t* q_empty(int s) const { return bars + 2 + kS + s; }
   __device__ __forceinline__ uint64_t* t_full(int s) const { return bars + 2 + 2 * kS + s; }
   __device__ __forceinline__ uint64_t* t_empty(int s) const { return bars + 2 + 3 * kS + s; }
+  // A consumer's wait for a step's Q (and dO with it) and row terms in stage s, before it issues the step's first
+  // wgmma: not between issue and wait, where a wait loop serialises the wgmmas.
+  __device__ __forceinline__ void wait_step(int s, uint32_t parity) const {
+    ptx::barrier_wait(q_full(s), parity);
+    ptx::barrier_wait(t_full(s), parity);
+  }
 };
 
 // The producer's lane: per item with steps, K and V, then Q and dO of every step (`step` counts the CTA's steps),

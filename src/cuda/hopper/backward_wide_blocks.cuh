@@ -133,20 +133,8 @@ class BlockConsumer {
   // Per-step descriptors here: from bases by adds (as the other groups take theirs) measured no better beyond the
   // run-to-run spread.
   __device__ __forceinline__ void issue_kv(const Buf& buf, int stage, const T* p, const T* ds) {
-#pragma unroll
-    for (int t = 0; t < kDvCount; ++t)
-#pragma unroll
-      for (int s = 0; s < BM / 16; ++s)
-        ptx::Wgmma<T, BN, 1>::template ss<1>(
-            dv_[t], ptx::mn_major_descriptor(buf.template dout<T>(stage) + t * BM * 64, BM, s),
-            ptx::mn_major_descriptor(p, BM, s), true);
-#pragma unroll
-    for (int t = 0; t < kDkCount; ++t)
-#pragma unroll
-      for (int s = 0; s < BM / 16; ++s)
-        ptx::Wgmma<T, BN, 1>::template ss<1>(
-            dk_[t], ptx::mn_major_descriptor(buf.template q<T>(stage) + t * BM * 64, BM, s),
-            ptx::mn_major_descriptor(ds, BM, s), true);
+    issue_blocks<kDvCount>(dv_, buf.template dout<T>(stage), p);
+    issue_blocks<kDkCount>(dk_, buf.template q<T>(stage), ds);
     ptx::wgmma_commit();
   }
   __device__ __forceinline__ void issue_dq(float (&dq)[kDqAcc], const Buf& buf, const T* ds) const {
@@ -183,6 +171,18 @@ class BlockConsumer {
   }
 
  private:
+  // acc[t] += block t of `rows` (64 head dims, read transposed: M is their contiguous dimension) times `keys` (the
+  // P or dS tile, read transposed), for the first kCount blocks.
+  template <int kCount, int kN>
+  __device__ __forceinline__ static void issue_blocks(float (&acc)[kN][BN / 2], const T* rows, const T* keys) {
+#pragma unroll
+    for (int t = 0; t < kCount; ++t)
+#pragma unroll
+      for (int s = 0; s < BM / 16; ++s)
+        ptx::Wgmma<T, BN, 1>::template ss<1>(acc[t], ptx::mn_major_descriptor(rows + t * BM * 64, BM, s),
+                                             ptx::mn_major_descriptor(keys, BM, s), true);
+  }
+
   // One m64nBN block of dK^T or dV^T (head dims 64 block.. as rows, keys as columns), times `factor`, into its
   // columns of the tile (16-byte piece j of key r at piece j ^ (r % 8)).
   template <int kDim>
@@ -223,8 +223,7 @@ __device__ __forceinline__ void consume_blocks(const DkdvParams& p, const bwd_de
   for (int it = 0; it < w.steps; ++it, walk.next()) {
     const bwd_detail::Step st = *walk;
     const int s = buf.stage(it);
-    ptx::barrier_wait(buf.q_full(s), buf.parity(it));
-    ptx::barrier_wait(buf.t_full(s), buf.parity(it));  // not between issue and wait: a loop there serialises wgmma
+    buf.wait_step(s, buf.parity(it));
     float sc[Tile::BN / 4], dp[Tile::BN / 4];
     ptx::wgmma_fence();
     c.issue_scores(sc, dp, buf, s);

@@ -359,8 +359,7 @@ __device__ __forceinline__ void consume_scores(ScoreConsumer<T, kK, kV, kRowSums
   for (int it = 0; it < w.steps; ++it, walk.next()) {
     const bwd_detail::Step st = *walk;
     const int s = buf.stage(it);
-    ptx::barrier_wait(buf.q_full(s), buf.parity(it));
-    ptx::barrier_wait(buf.t_full(s), buf.parity(it));  // not between issue and wait: a loop there serialises wgmma
+    buf.wait_step(s, buf.parity(it));
     float sc[Tile::BM / 2];
     ptx::wgmma_fence();
     c.issue_scores(sc, buf, s);
