@@ -29,8 +29,11 @@ struct SoftmaxRow {
   // `rescale`, lazily: the running max moves only where the tile's exceeds it by more than kLazySlack (log2
   // units), so once a row's maxima settle its tiles return factor 1 and the accumulators need no multiply. Until
   // it moves, exp2(score - max2) reaches up to 2^kLazySlack, which fp32 sums and fp16 / bf16 probabilities hold;
-  // o and lse do not depend on the max the row is summed against.
-  static constexpr float kLazySlack = 8.f;
+  // o and lse do not depend on the max the row is summed against. One binade, not more: a key that holds nearly a
+  // row's mass but stays within the slack of an earlier max gets a probability of up to 2^slack rounded to the
+  // MMA's dtype (the exact max gives it 1); o carries that error into the backward's D = o·do, which the key's
+  // dS = P (dP - D) cancels down to (docs/perf-notes.md, lazy rescale).
+  static constexpr float kLazySlack = 1.f;
   FG_HOST_DEVICE float rescale_lazily(float tile_max2) {
     return tile_max2 > max2 + kLazySlack ? rescale(tile_max2) : 1.f;
   }
