@@ -257,18 +257,17 @@ TEST(Backward, PeakedRowsMeetTheirKeyLast) {
     const AttentionConfig& cfg = c.cfg;
     const int64_t T = cfg.T(), HQ = cfg.heads, H = cfg.kv_heads, K = cfg.head_dim;
     const double scale = 1.0 / std::sqrt(static_cast<double>(K));
-    std::vector<int64_t> starts = {0};
+    std::vector<double> starts = {0};  // the sequences' first tokens
     if (!cfg.packed.empty()) {
-      starts.clear();
-      int64_t at = 0;
-      for (int64_t len : cfg.packed) starts.push_back(at), at += len;
+      starts = c.cu_seqlens.values();
+      starts.pop_back();
     }
     std::vector<double> q = c.q.values(), k = c.k.values();
     for (int64_t b = 0; b < cfg.B(); ++b)
       for (int64_t t = 0; t < T; ++t) {
         for (int64_t h = 0; h < HQ; ++h) q[((b * T + t) * HQ + h) * K + 1] = 8.0 / scale;
         bool key3 = false;
-        for (int64_t s0 : starts) key3 = key3 || t == s0 + 3;
+        for (double s0 : starts) key3 = key3 || t == s0 + 3;
         for (int64_t h = 0; h < H; ++h) k[((b * T + t) * H + h) * K + 1] = key3 ? 1.0 : 0.0;
       }
     c.q.set_values(q);
@@ -358,21 +357,27 @@ TEST(Backward, DeterministicKeyTilesOf96) {
 // (BackwardParams::dq_ascending: heaviest first, from the first key tile to the last). Packed lengths off the tile
 // sizes (and empty ones), dense rows past the last full tile, long enough that several tiles of a head wait on each
 // other's adds.
+// Deterministic mode, three bitwise repeats: packed lengths off the tile sizes (and empty ones), then dense rows past
+// the last full tile with `dense_kv_heads` kv heads.
+void check_deterministic_packed_then_dense(AttentionConfig c, int64_t dense_kv_heads) {
+  c.deterministic = true;
+  c.packed = {0, 15, 65, 100, 300, 0, 97, 600};
+  check_backward(c, 3);
+  c.packed.clear();
+  c.batch = 2;
+  c.seqlen = 520;
+  c.kv_heads = dense_kv_heads;
+  check_backward(c, 3);
+}
+
 TEST(Backward, DeterministicAscendingWide) {
   FLASHGATE_REQUIRE_GPU();
   for (DType d : {DType::f16, DType::bf16}) {
     for (auto [K, V] : std::vector<std::pair<int64_t, int64_t>>{{192, 128}, {256, 256}, {200, 136}, {512, 512}}) {
       AttentionConfig c = base(d, K, V);
-      c.packed = {0, 15, 65, 100, 300, 0, 97, 600};
       c.heads = 4;
       c.kv_heads = 4;
-      c.deterministic = true;
-      check_backward(c, 3);
-      c.packed.clear();
-      c.batch = 2;
-      c.seqlen = 520;
-      c.kv_heads = 2;
-      check_backward(c, 3);
+      check_deterministic_packed_then_dense(c, 2);
     }
   }
 }
@@ -386,17 +391,9 @@ TEST(Backward, DeterministicAscendingWideRowSums) {
     for (auto [K, V] : std::vector<std::pair<int64_t, int64_t>>{{256, 256}, {200, 136}, {512, 512}}) {
       AttentionConfig c = base(d, K, V);
       c.gate = c.sink = true;
-      c.packed = {0, 15, 65, 100, 300, 0, 97, 600};
       c.heads = 8;
       c.kv_heads = 2;
-      c.deterministic = true;
-      check_backward(c, 3);
-      c.packed.clear();
-      c.batch = 2;
-      c.seqlen = 520;
-      c.heads = 8;
-      c.kv_heads = 1;
-      check_backward(c, 3);
+      check_deterministic_packed_then_dense(c, 1);
     }
     AttentionConfig c = base(d, 256, 256);
     c.gate = c.sink = true;

@@ -186,11 +186,7 @@ class ScoreConsumer : public SplitConsumer<T, kK, kV, kRowSums> {
 #pragma unroll
     for (int j = 0; j < kS / 4; ++j)
       shared_pt[j * 128 + t] = make_float4(s[4 * j], s[4 * j + 1], s[4 * j + 2], s[4 * j + 3]);
-#pragma unroll
-    for (int j = 0; j < kS / 4; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half)  // the operand places of cuda/ptx/wgmma.h: k-step j / 2
-        pt[j / 2][2 * (j % 2) + half] = ptx::pack2<T>(s[4 * j + 2 * half], s[4 * j + 2 * half + 1]);
+    ptx::accumulator_to_operand<T>(s, pt);
   }
 
   // dV += P^T dO (dO read transposed from its TMA layout), one wgmma group.
@@ -288,10 +284,12 @@ class GradientConsumer : public SplitConsumer<T, kK, kV, kRowSums> {
   // the group ([kAscendingGroup][BN]), each key's by the one lane that holds its quad's sum (no other thread touches
   // it: the steps need no barrier). clear_colsums before the walk, store_colsums after it.
   __device__ __forceinline__ void clear_colsums(float* colsums) const {
-    if (!kRowSums || !this->p_.a.has_gate || this->lane_ % 4 != 0) return;
-    for (int head = 0; head < this->p_.a.group; ++head)
+    if constexpr (kRowSums) {
+      if (!this->p_.a.has_gate || this->lane_ % 4 != 0) return;
+      for (int head = 0; head < this->p_.a.group; ++head)
 #pragma unroll
-      for (int half = 0; half < 2; ++half) colsums[head * BN + this->key(half) - this->w_.j0] = 0.f;
+        for (int half = 0; half < 2; ++half) colsums[head * BN + this->key(half) - this->w_.j0] = 0.f;
+    }
   }
   __device__ __forceinline__ void gather_colsum(float* colsums, int head) {
     if constexpr (kRowSums) {

@@ -217,15 +217,9 @@ class Consumer {
     }
   }
 
-  // Score columns 16t..16t+15 are P V's k-step t: the accumulator's places are the A operand's.
+  // Score columns 16t..16t+15 are P V's k-step t.
   __device__ __forceinline__ static void to_operand(const float (&s)[kS], Probs& pa) {
-#pragma unroll
-    for (int t = 0; t < BN / 16; ++t) {
-      pa[t][0] = ptx::pack2<T>(s[8 * t + 0], s[8 * t + 1]);
-      pa[t][1] = ptx::pack2<T>(s[8 * t + 2], s[8 * t + 3]);
-      pa[t][2] = ptx::pack2<T>(s[8 * t + 4], s[8 * t + 5]);
-      pa[t][3] = ptx::pack2<T>(s[8 * t + 6], s[8 * t + 7]);
-    }
+    ptx::accumulator_to_operand<T>(s, pa);
   }
 
   // Normalises the output rows and stores them (and their residual codes) and lse. Split V: consumer 0 also hands

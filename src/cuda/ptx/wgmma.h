@@ -23,6 +23,8 @@
 
 #include <cstdint>
 
+#include "cuda/ptx/mma.h"
+
 namespace flashgate::ptx {
 
 // ---- descriptors ---------------------------------------------------------------------------------------------
@@ -101,6 +103,16 @@ template <int kN>
 __device__ __forceinline__ void wgmma_hold(float (&d)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// An accumulator of m64nN, packed: the A operands of N / 16 k-steps (the places are the same, two 16-bit values a
+// register). Scores made by one wgmma feed the next from registers so (P for P V, P^T for dV).
+template <class T, int kN>
+__device__ __forceinline__ void accumulator_to_operand(const float (&acc)[kN], uint32_t (&a)[kN / 8][4]) {
+#pragma unroll
+  for (int t = 0; t < kN / 8; ++t)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[t][r] = pack2<T>(acc[8 * t + 2 * r], acc[8 * t + 2 * r + 1]);
 }
 
 // ---- the MMAs ----------------------------------------------------------------------------------------------------
