@@ -2,17 +2,22 @@
 torch.distributed group, flashgate.distributed.context_parallel_attn beside torch's context_parallel over SDPA.
 
     torchrun --nproc_per_node=N bench/cp_scaling.py --out OUT [--tokens 65536,131072,262144,524288]
-        [--rows plain,gate+sink] [--modes allgather] [--reps 5] [--no-torch] [--device cuda|cpu]
+        [--rows plain,gate+sink] [--modes allgather] [--reps 5] [--no-torch] [--device cuda|cpu] [--link-mib 256]
     python3 bench/cp_scaling.py --report OUT
 
 Run it with N = 1 and N = 2 (or more) into the same OUT; each run's rank 0 writes OUT/cp_<N>.json, and --report
-writes OUT/report.md (throughput, the N-GPU / 1-GPU ratio of each row, flashgate / torch at the same N) and
-OUT/scaling.png where matplotlib is present. Every rank builds the same whole-sequence inputs (GQA 32/8 D128 bf16,
-one sequence), keeps its shard and times forward + backward: per repetition all ranks start together (a barrier) and
-the slowest rank's time counts; the median over repetitions is reported. One rank runs the op itself (a group of one
-is parallel_attn; torch: SDPA). torch's context_parallel takes MHA tensors ([B, heads, T, D]): K and V are repeated
-to the query heads for it (its all-gather and ring then move 4x the bytes flashgate's GQA path does). Rows it cannot
-run (a gate, a sink) or an error are recorded as such. --device cpu (gloo, small --tokens) checks the script itself.
+writes OUT/report.md (throughput, the N-GPU / 1-GPU ratio of each row beside the model's, flashgate / torch at the
+same N) and OUT/scaling.png where matplotlib is present. Every rank builds the same whole-sequence inputs (GQA 32/8
+D128 bf16, one sequence), keeps its shard and times forward + backward: per repetition all ranks start together (a
+barrier) and the slowest rank's time counts; the median over repetitions is reported. One rank runs the op itself (a
+group of one is parallel_attn; torch: SDPA). torch's context_parallel takes MHA tensors ([B, heads, T, D]): K and V
+are repeated to the query heads for it (its all-gather and ring then move 4x the bytes flashgate's GQA path does).
+Rows it cannot run (a gate, a sink) or an error are recorded as such. --device cpu (gloo, small --tokens) checks the
+script itself.
+
+The model (docs/perf-notes.md, context parallelism) takes the one-rank time as compute that splits evenly over the
+ranks and adds the all-gather mode's transfers, unhidden, at the all-gather bandwidth that a run of N > 1 measures on
+its group before the rows (a gather that leaves --link-mib MiB of bf16 on every rank).
 """
 import argparse
 import glob
@@ -31,6 +36,27 @@ from measure import dump_json  # noqa: E402
 from rows import TrainingRow  # noqa: E402
 
 ROWS = {"plain": {}, "gate+sink": {"gate": True, "sink": True}}
+
+
+def transfer_bytes(tokens, row, world, heads, kv_heads, dim):
+    """Bytes each rank receives in the all-gather mode's forward + backward (python/flashgate/distributed.py):
+    K and V gathered in the forward and again in the backward (bf16), the fp32 dK / dV shares all-reduced (a ring
+    all-reduce moves twice its (W - 1) / W share), with a gate the fp32 cumulative gate gathered and its gradient
+    all-reduced."""
+    part = (world - 1) / world
+    kv = tokens * kv_heads * 2 * dim
+    moved = part * (2 * kv * 2 + 2 * kv * 4)
+    if ROWS[row].get("gate"):
+        moved += part * (tokens * heads * 4 + 2 * tokens * heads * 4)
+    return moved
+
+
+def model_ratio(one_rank_ms, tokens, row, world, heads, kv_heads, dim, gbps):
+    """The model's world / 1 throughput: one rank's time split evenly, plus the transfers at gbps, not hidden."""
+    if world == 1:
+        return 1.0
+    transfer_ms = transfer_bytes(tokens, row, world, heads, kv_heads, dim) / (gbps * 1e9) * 1e3
+    return one_rank_ms / (one_rank_ms / world + transfer_ms)
 
 
 def timed(fn, reps, device):
@@ -63,6 +89,16 @@ def whole_inputs(args, tokens, feats, device):
     if feats.get("sink"):
         x["sink"] = torch.randn(args.heads, generator=gen, device=device, dtype=torch.float32)
     return x
+
+
+def allgather_gbps(device, mib, reps=5):
+    """The group's all-gather bandwidth (GB/s): bytes a rank receives over the median time of a gather that leaves
+    `mib` MiB on every rank."""
+    world = dist.get_world_size()
+    x = torch.empty((mib << 20) // 2 // world, dtype=torch.bfloat16, device=device)
+    out = [torch.empty_like(x) for _ in range(world)]
+    ms = timed(lambda: dist.all_gather(out, x), reps, device)
+    return (world - 1) * x.numel() * 2 / (ms * 1e-3) / 1e9
 
 
 def run_flashgate(args, tokens, feats, mode, device):
@@ -115,6 +151,7 @@ def measure(args):
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
     results = []
+    gbps = allgather_gbps(device, args.link_mib) if world > 1 else None
     for tokens in [int(t) for t in args.tokens.split(",")]:
         for row in args.rows.split(","):
             feats = ROWS[row]
@@ -140,11 +177,13 @@ def measure(args):
                 print(json.dumps(entry), flush=True)
             results.append(entry)
     if rank == 0:
+        script = os.path.relpath(os.path.abspath(sys.argv[0]), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = {"world": world, "device": device, "torch": torch.__version__,
                "gpu": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
                "shape": f"B1 HQ{args.heads} H{args.kv_heads} K{args.dim} V{args.dim} bf16 causal",
+               "heads": args.heads, "kv_heads": args.kv_heads, "dim": args.dim, "allgather_gbps": gbps,
                "command": "torchrun --nproc_per_node=N " + " ".join(
-                   "OUT" if i > 0 and sys.argv[i - 1] == "--out" else a for i, a in enumerate(sys.argv))}
+                   [script] + ["OUT" if sys.argv[i - 1] == "--out" else a for i, a in enumerate(sys.argv) if i > 0])}
         os.makedirs(args.out, exist_ok=True)
         dump_json(os.path.join(args.out, f"cp_{world}.json"), {"environment": env, "results": results})
     dist.destroy_process_group()
@@ -158,30 +197,41 @@ def report(out):
         runs[data["environment"]["world"]] = data
     if 1 not in runs:
         raise SystemExit("cp_scaling --report: no one-rank run (cp_1.json) to compare with")
+    env1 = runs[1]["environment"]
+    units = "GPUs" if env1["device"] == "cuda" else "ranks"
     base = {(r["tokens"], r["row"]): r for r in runs[1]["results"]}
+    links = ", ".join(f"{w} {units} {runs[w]['environment']['allgather_gbps']:.3g} GB/s" for w in sorted(runs)
+                      if runs[w]["environment"].get("allgather_gbps"))
     lines = ["# Context parallelism: strong scaling", "",
-             f"Shape: {runs[1]['environment']['shape']}; command: `{runs[1]['environment']['command']}`; "
-             f"torch {runs[1]['environment']['torch']}, {runs[1]['environment']['gpu']}.", "",
-             "| GPUs | tokens | row | flashgate ms (TFLOP/s) | N / 1 GPU | torch CP ms (TFLOP/s) | N / 1 GPU | "
-             "flashgate / torch |", "|---|---|---|---|---|---|---|---|"]
+             f"Shape: {env1['shape']}; command: `{env1['command']}`; torch {env1['torch']}, {env1['gpu']}.", "",
+             "Model: the one-rank time split evenly over the ranks, plus the all-gather mode's transfers (K and V "
+             "gathered in the forward and the backward, the fp32 dK / dV shares all-reduced; with a gate its "
+             f"cumulative sums and their gradient) unhidden at the group's measured all-gather bandwidth ({links}).",
+             "", f"| {units} | tokens | row | flashgate ms (TFLOP/s) | N / 1 | model N / 1 | torch CP ms (TFLOP/s) | "
+             "N / 1 | flashgate / torch |", "|---|---|---|---|---|---|---|---|---|"]
     plot = {}
 
     def tflops(r, key):
         return r["fwd_bwd_tflop"] / (r[key] * 1e-3) if key in r else math.nan
 
     for world in sorted(runs):
+        env = runs[world]["environment"]
         for r in runs[world]["results"]:
             b = base.get((r["tokens"], r["row"]), {})
             modes = [k for k in r if k.startswith("flashgate_") and k.endswith("_ms")]
             for key in modes or ["flashgate_allgather_ms"]:
                 fg, fg1 = tflops(r, key), tflops(b, key)
                 th, th1 = tflops(r, "torch_ms"), tflops(b, "torch_ms")
+                model = math.nan
+                if key == "flashgate_allgather_ms" and key in b and (world == 1 or env.get("allgather_gbps")):
+                    model = model_ratio(b[key], r["tokens"], r["row"], world, env["heads"], env["kv_heads"],
+                                        env["dim"], env.get("allgather_gbps"))
                 fmt = lambda ms, t: f"{ms:.1f} ({t:.0f})" if not math.isnan(t) else "—"  # noqa: E731
                 lines.append(f"| {world} | {r['tokens']} | {r['row']} ({key[10:-3]}) | {fmt(r.get(key, 0), fg)} | "
-                             f"{fg / fg1:.2f}x | {fmt(r.get('torch_ms', 0), th)} | {th / th1:.2f}x | "
+                             f"{fg / fg1:.2f}x | {model:.2f}x | {fmt(r.get('torch_ms', 0), th)} | {th / th1:.2f}x | "
                              f"{fg / th:.2f}x |".replace("nanx", "—"))
-                plot.setdefault((r["row"], key, world), []).append((r["tokens"], fg / fg1))
-    errors = [f"- {w} GPUs, {r['tokens']} tokens, {r['row']}: {k}: {v}" for w in sorted(runs)
+                plot.setdefault((r["row"], key, world), []).append((r["tokens"], fg / fg1, model))
+    errors = [f"- {w} {units}, {r['tokens']} tokens, {r['row']}: {k}: {v}" for w in sorted(runs)
               for r in runs[w]["results"] for k, v in r.items() if k.endswith("_error")]
     if errors:
         lines += ["", "Not run:", *errors]
@@ -196,11 +246,15 @@ def report(out):
     fig, ax = plt.subplots(figsize=(6, 4))
     for (row, key, world), pts in sorted(plot.items()):
         if world > 1:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{world} GPUs, {row}, {key[10:-3]}")
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                            label=f"{world} {units}, {row}, {key[10:-3]}")
+            if not all(math.isnan(p[2]) for p in pts):
+                ax.plot([p[0] for p in pts], [p[2] for p in pts], linestyle="--", color=line.get_color(),
+                        label=f"model, {world} {units}, {row}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens")
-    ax.set_ylabel("fwd + bwd throughput / one GPU")
-    ax.legend()
+    ax.set_ylabel(f"fwd + bwd throughput / one {units[:-1]}")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "scaling.png"), dpi=120)
 
@@ -217,6 +271,7 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--link-mib", type=int, default=256, help="size of the all-gather that measures the link")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     args = ap.parse_args()
     if args.report:
