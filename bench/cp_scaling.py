@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure import dump_json  # noqa: E402
+from measure import dump_json, environment  # noqa: E402
 from rows import TrainingRow  # noqa: E402
 
 ROWS = {"plain": {}, "gate+sink": {"gate": True, "sink": True}}
@@ -177,13 +177,18 @@ def measure(args):
                 print(json.dumps(entry), flush=True)
             results.append(entry)
     if rank == 0:
-        script = os.path.relpath(os.path.abspath(sys.argv[0]), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        script = os.path.relpath(os.path.abspath(sys.argv[0]), root)  # no machine path in the record
         env = {"world": world, "device": device, "torch": torch.__version__,
                "gpu": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
                "shape": f"B1 HQ{args.heads} H{args.kv_heads} K{args.dim} V{args.dim} bf16 causal",
                "heads": args.heads, "kv_heads": args.kv_heads, "dim": args.dim, "allgather_gbps": gbps,
                "command": "torchrun --nproc_per_node=N " + " ".join(
                    [script] + ["OUT" if sys.argv[i - 1] == "--out" else a for i, a in enumerate(sys.argv) if i > 0])}
+        if device == "cuda":  # the versions as the benchmark of record gives them, and NCCL's
+            versions = environment(sys.argv)
+            env.update({key: versions[key] for key in ("driver", "cuda", "cudnn", "flashgate", "git", "python")})
+            env["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
         os.makedirs(args.out, exist_ok=True)
         dump_json(os.path.join(args.out, f"cp_{world}.json"), {"environment": env, "results": results})
     dist.destroy_process_group()
@@ -202,8 +207,11 @@ def report(out):
     base = {(r["tokens"], r["row"]): r for r in runs[1]["results"]}
     links = ", ".join(f"{w} {units} {runs[w]['environment']['allgather_gbps']:.3g} GB/s" for w in sorted(runs)
                       if runs[w]["environment"].get("allgather_gbps"))
+    versions = ", ".join(f"{name} {env1[key]}" for key, name in
+                         (("torch", "torch"), ("cuda", "CUDA"), ("nccl", "NCCL"), ("driver", "driver"),
+                          ("flashgate", "flashgate"), ("git", "git")) if env1.get(key))
     lines = ["# Context parallelism: strong scaling", "",
-             f"Shape: {env1['shape']}; command: `{env1['command']}`; torch {env1['torch']}, {env1['gpu']}.", "",
+             f"Shape: {env1['shape']}; command: `{env1['command']}`; {versions}; {env1['gpu']}.", "",
              "Model: the one-rank time split evenly over the ranks, plus the all-gather mode's transfers (K and V "
              "gathered in the forward and the backward, the fp32 dK / dV shares all-reduced; with a gate its "
              f"cumulative sums and their gradient) unhidden at the group's measured all-gather bandwidth ({links}).",
