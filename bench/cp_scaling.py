@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure import dump_json, environment  # noqa: E402
+from measure import dump_json, environment, recorded_command  # noqa: E402
 from rows import TrainingRow  # noqa: E402
 
 ROWS = {"plain": {}, "gate+sink": {"gate": True, "sink": True}}
@@ -177,14 +177,11 @@ def measure(args):
                 print(json.dumps(entry), flush=True)
             results.append(entry)
     if rank == 0:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        script = os.path.relpath(os.path.abspath(sys.argv[0]), root)  # no machine path in the record
         env = {"world": world, "device": device, "torch": torch.__version__,
                "gpu": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
                "shape": f"B1 HQ{args.heads} H{args.kv_heads} K{args.dim} V{args.dim} bf16 causal",
                "heads": args.heads, "kv_heads": args.kv_heads, "dim": args.dim, "allgather_gbps": gbps,
-               "command": "torchrun --nproc_per_node=N " + " ".join(
-                   [script] + ["OUT" if sys.argv[i - 1] == "--out" else a for i, a in enumerate(sys.argv) if i > 0])}
+               "command": recorded_command(sys.argv, launcher="torchrun --nproc_per_node=N")}
         if device == "cuda":  # the versions as the benchmark of record gives them, and NCCL's
             versions = environment(sys.argv)
             env.update({key: versions[key] for key in ("driver", "cuda", "cudnn", "flashgate", "git", "python")})

@@ -101,17 +101,19 @@ def environment(argv):
         "cudnn": torch.backends.cudnn.version(), "triton": triton_version,
         "flashgate": fg_version, "python": platform.python_version(),
         "git": os.environ.get("FLASHGATE_GIT_REV") or run(["git", "rev-parse", "--short", "HEAD"]),
-        "command": " ".join(["python3"] + _without_out_dir(argv)),
+        "command": recorded_command(argv),
     }
 
 
-def _without_out_dir(argv):
-    """The command line with the output folder (a machine path) written as OUT."""
-    args = list(argv)
+def recorded_command(argv, launcher="python3"):
+    """The command line as a record gives it, without machine paths: the script relative to the repository, the
+    output folder written as OUT."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    args = [os.path.relpath(os.path.abspath(argv[0]), root)] + list(argv[1:])
     for i, a in enumerate(args[:-1]):
         if a == "--out":
             args[i + 1] = "OUT"
-    return args
+    return " ".join([launcher] + args)
 
 
 def relative_rms(out, ref):
