@@ -22,14 +22,22 @@ echo "== C++ test time: $(( $(date +%s) - start )) s"
 if [ -f pyproject.toml ]; then
   start=$(date +%s)
   python3 -m venv build/venv
+  # No pip cache: torch's wheels would take a second copy of their ~5 GB on a disk that may be short.
+  export PIP_NO_CACHE_DIR=1
   build/venv/bin/python -m pip install -q --upgrade pip
   build/venv/bin/python -m pip install -q nanobind scikit-build-core numpy ml_dtypes pytest
   # torch runs the torch layer's CPU tests and the context-parallel tests (torch.distributed with gloo, several
   # processes); FLASHGATE_TEST_TORCH=0 skips the download (those tests then skip, and say so).
   if [ "${FLASHGATE_TEST_TORCH:-1}" != 0 ]; then
     torch_start=$(date +%s)
-    build/venv/bin/python -m pip install -q torch
-    echo "== torch install time: $(( $(date +%s) - torch_start )) s"
+    # torch is an optional dependency: where it cannot be installed (no space for its ~5.5 GB, a registry
+    # error) the run says so and goes on; its tests then skip and name the reason in pytest's summary.
+    if build/venv/bin/python -m pip install -q torch; then
+      echo "== torch install time: $(( $(date +%s) - torch_start )) s"
+    else
+      echo "== torch NOT installed (pip failed, see above; free space: $(df -h --output=avail . | tail -1 | tr -d ' ')):" \
+           "the torch layer's and the context-parallel tests skip"
+    fi
   fi
   # Without a GPU the extension is built CPU-only: the CUDA kernels were compiled and tested above already.
   cuda_flag=()
