@@ -327,6 +327,29 @@ def _held_pairs(mine: List[int], c: int, bounds: List[int], window: Optional[int
                            slice(h * c + keys.start - b * c, h * c + keys.stop - b * c), j, rows, keys)
 
 
+def _saved_forward(ctx, o_acc: Tensor, lse_acc: Tensor, keep: bool, tensors, layout, options):
+    """Both modes' end of the forward: o (and its rounding residual where a backward follows) from the fp32
+    accumulator, what the backward reads kept on ctx; returns (o, lse). `tensors`: q, k, v, the cumulative gate (or
+    None) and sink; `layout`: world, rank, chunk length, the gate's dtype, bounds; `options`: scale, window, group,
+    backend."""
+    q, k, v, G, sink = tensors
+    (o, rest), lse = _output_and_rest(o_acc, q.dtype, keep), lse_acc
+    ctx.save_for_backward(q, k, v, o, rest, lse, G, sink)
+    ctx.layout = layout
+    ctx.scale, ctx.window, ctx.group, ctx.backend = options
+    ctx.mark_non_differentiable(lse)
+    return o, lse
+
+
+def _saved_backward(ctx, do: Tensor):
+    """Both modes' start of the backward: (layout, (q, k, v, lse, G, sink), do, D, fp) with do contiguous, D the rows'
+    o . do (o from its rounding residual where kept) and fp the accumulators' dtype."""
+    q, k, v, o, rest, lse, G, sink = ctx.saved_tensors
+    fp = _companion_dtype(q.dtype)
+    do = do.contiguous()
+    return ctx.layout, (q, k, v, lse, G, sink), do, _row_dot(o, rest, do, fp), fp
+
+
 class _RingAttn(torch.autograd.Function):
     """Mode "ring": the key chunks of one rank at a time, passed around the ring (forward: K, V, G; backward: K, V, G
     with their gradient shares, which end at their owner). Pairs are cut at the sequence boundaries `bounds` like the
@@ -361,23 +384,15 @@ class _RingAttn(torch.autograd.Function):
             attend(holder, held[0], held[1], held[2] if G is not None else None)
             if pending is not None:
                 held, holder = _Ring.finish(pending), (holder - 1) % world
-        (o, rest), lse = _output_and_rest(o_acc, q.dtype, keep), lse_acc
-        ctx.save_for_backward(q, k, v, o, rest, lse, G, sink)
-        ctx.layout = (world, rank, c, g.dtype if g is not None else None, bounds)
-        ctx.scale, ctx.window, ctx.group, ctx.backend = scale, window, group, backend
-        ctx.mark_non_differentiable(lse)
-        return o, lse
+        layout = (world, rank, c, g.dtype if g is not None else None, bounds)
+        return _saved_forward(ctx, o_acc, lse_acc, keep, (q, k, v, G, sink), layout, (scale, window, group, backend))
 
     @staticmethod
     def backward(ctx, do, dlse):
         del dlse
-        world, rank, c, g_dtype, bounds = ctx.layout
-        q, k, v, o, rest, lse, G, sink = ctx.saved_tensors
+        (world, rank, c, g_dtype, bounds), (q, k, v, lse, G, sink), do, D, fp = _saved_backward(ctx, do)
         gated = G is not None
         mine = _chunks_of(rank, world)
-        fp = _companion_dtype(q.dtype)
-        do = do.contiguous()
-        D = _row_dot(o, rest, do, fp)
         dq = torch.zeros_like(q, dtype=fp)
         dGq = torch.zeros_like(G) if gated else None
         dsink = torch.zeros_like(sink, dtype=fp) if sink is not None else None
@@ -489,23 +504,16 @@ class _AllGatherAttn(torch.autograd.Function):
                 G_all[:, k0:k1].contiguous() if g is not None else None,
                 sink if sink_here else None, rows.start - s0, k0 - s0, scale, window, backend, keep)
             _merge_into(o_acc, lse_acc, local, o, lse, residual)
-        (o, rest), lse = _output_and_rest(o_acc, q.dtype, keep), lse_acc
-        ctx.save_for_backward(q, k, v, o, rest, lse, G_all, sink)
-        ctx.layout = (world, rank, c, g.dtype if g is not None else None, bounds)
-        ctx.scale, ctx.window, ctx.group, ctx.backend = scale, window, group, backend
-        ctx.mark_non_differentiable(lse)
-        return o, lse
+        layout = (world, rank, c, g.dtype if g is not None else None, bounds)
+        options = (scale, window, group, backend)
+        return _saved_forward(ctx, o_acc, lse_acc, keep, (q, k, v, G_all, sink), layout, options)
 
     @staticmethod
     def backward(ctx, do, dlse):
         del dlse
-        world, rank, c, g_dtype, bounds = ctx.layout
-        q, k, v, o, rest, lse, G_all, sink = ctx.saved_tensors
+        (world, rank, c, g_dtype, bounds), (q, k, v, lse, G_all, sink), do, D, fp = _saved_backward(ctx, do)
         gated = G_all is not None
         mine = _chunks_of(rank, world)
-        fp = _companion_dtype(q.dtype)
-        do = do.contiguous()
-        D = _row_dot(o, rest, do, fp)
         fetch = _key_fetch(world, rank, c, bounds, ctx.window, ctx.group)
         ka, va = _Arriving(k, fetch, ctx.group, world, rank), _Arriving(v, fetch, ctx.group, world, rank)
         read = fetch.needed[rank] if fetch is not None else range(2 * world)  # the chunks with gradient shares here
