@@ -330,12 +330,13 @@ def _held_pairs(mine: List[int], c: int, bounds: List[int], window: Optional[int
 def _saved_forward(ctx, o_acc: Tensor, lse_acc: Tensor, keep: bool, tensors, layout, options):
     """Both modes' end of the forward: o (and its rounding residual where a backward follows) from the fp32
     accumulator, what the backward reads kept on ctx; returns (o, lse). `tensors`: q, k, v, the cumulative gate (or
-    None) and sink; `layout`: world, rank, chunk length, the gate's dtype, bounds; `options`: scale, window, group,
-    backend."""
+    None) and sink; `layout`: world, rank, chunk length, g (or None), bounds, kept with g's dtype in g's place;
+    `options`: scale, window, group, backend."""
     q, k, v, G, sink = tensors
+    world, rank, c, g, bounds = layout
     (o, rest), lse = _output_and_rest(o_acc, q.dtype, keep), lse_acc
     ctx.save_for_backward(q, k, v, o, rest, lse, G, sink)
-    ctx.layout = layout
+    ctx.layout = (world, rank, c, g.dtype if g is not None else None, bounds)
     ctx.scale, ctx.window, ctx.group, ctx.backend = options
     ctx.mark_non_differentiable(lse)
     return o, lse
@@ -384,8 +385,8 @@ class _RingAttn(torch.autograd.Function):
             attend(holder, held[0], held[1], held[2] if G is not None else None)
             if pending is not None:
                 held, holder = _Ring.finish(pending), (holder - 1) % world
-        layout = (world, rank, c, g.dtype if g is not None else None, bounds)
-        return _saved_forward(ctx, o_acc, lse_acc, keep, (q, k, v, G, sink), layout, (scale, window, group, backend))
+        return _saved_forward(ctx, o_acc, lse_acc, keep, (q, k, v, G, sink), (world, rank, c, g, bounds),
+                              (scale, window, group, backend))
 
     @staticmethod
     def backward(ctx, do, dlse):
@@ -504,9 +505,8 @@ class _AllGatherAttn(torch.autograd.Function):
                 G_all[:, k0:k1].contiguous() if g is not None else None,
                 sink if sink_here else None, rows.start - s0, k0 - s0, scale, window, backend, keep)
             _merge_into(o_acc, lse_acc, local, o, lse, residual)
-        layout = (world, rank, c, g.dtype if g is not None else None, bounds)
-        options = (scale, window, group, backend)
-        return _saved_forward(ctx, o_acc, lse_acc, keep, (q, k, v, G_all, sink), layout, options)
+        return _saved_forward(ctx, o_acc, lse_acc, keep, (q, k, v, G_all, sink), (world, rank, c, g, bounds),
+                              (scale, window, group, backend))
 
     @staticmethod
     def backward(ctx, do, dlse):
