@@ -30,10 +30,11 @@ __device__ __forceinline__ void store_to_peer(float* remote, const float (&v)[4]
   ::cuda::ptx::st_async(remote, v, remote_bar);
 }
 
-// An arrival on another CTA's barrier (`remote_bar`, from peer_shared) that releases this thread's earlier accesses
-// to the cluster.
+// An arrival on another CTA's barrier (`remote_bar`, from peer_shared) that says this thread is done reading what
+// that CTA stored here: relaxed, as the reads are done once their values are in registers. (A release at cluster
+// scope is a MEMBAR.GPU in SASS, which waits for every global reduction the thread still has in flight.)
 __device__ __forceinline__ void arrive_on_peer(uint64_t* remote_bar) {
-  ::cuda::ptx::mbarrier_arrive(::cuda::ptx::sem_release, ::cuda::ptx::scope_cluster, ::cuda::ptx::space_cluster,
+  ::cuda::ptx::mbarrier_arrive(::cuda::ptx::sem_relaxed, ::cuda::ptx::scope_cluster, ::cuda::ptx::space_cluster,
                                remote_bar);
 }
 
