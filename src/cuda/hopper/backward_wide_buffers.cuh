@@ -187,8 +187,10 @@ struct Exchange {
       x[4 * i] += a.x, x[4 * i + 1] += a.y, x[4 * i + 2] += a.z, x[4 * i + 3] += a.w;
     }
   }
+  // The other CTA writes the slot again two steps on, once it has received this CTA's partial of the step between
+  // (sent after this CTA's next S^T or dP^T is made): long after these reads, issued before the arrival, are served.
   __device__ __forceinline__ void free_slot() const {
-    __syncwarp();  // every lane's reads are done before its warp frees the slot
+    __syncwarp();  // every lane's reads are issued before its warp frees the slot
     if (threadIdx.x % 32 == 0) ptx::arrive_on_peer(ptx::peer_shared(buf.xch_empty(slot, me), other));
   }
 };
