@@ -92,10 +92,11 @@ struct DkdvWideTile {
   static constexpr int kPair = kK > 256 || kV > 256 ? 2 : 1;  // CTAs on one item (a cluster), each a head-dim half
   static constexpr int kCtaK = kK / kPair, kCtaV = kV / kPair;  // the head dims a CTA holds
   static constexpr bool kSplit = kK == kV;
-  // One Q / dO stage where shared memory has no room for a second beside the dQ slot (256 / 256) or the exchange
-  // (pairs): dO and Q are loaded on barriers of their own and each is released once its last product is made.
-  static constexpr int BN = kK == 192 ? 96 : 64, BM = 64, kStages = kSplit ? 1 : 2, kKBlocks = kCtaK / 64,
-                       kVBlocks = kCtaV / 64;
+  // The split consumers load dO and Q on barriers of their own, each released once its last product is made: one dO
+  // stage (no room for a second beside the dQ slot at 256 / 256 or the exchange in a pair), and Q in a second stage
+  // in a pair, where Q is loaded a step ahead (it is released last, after dK).
+  static constexpr int BN = kK == 192 ? 96 : 64, BM = 64, kStages = kSplit ? kPair : 2, kDoStages = kSplit ? 1 : 2,
+                       kKBlocks = kCtaK / 64, kVBlocks = kCtaV / 64;
   static constexpr int kThreads = 384, kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr bool kServesRowSums = kSplit;
   static constexpr uint32_t kKBytes = BN * kCtaK * 2, kVBytes = BN * kCtaV * 2;
@@ -116,10 +117,10 @@ struct DkdvWideTile {
   // theirs themselves (no shared memory left).
   static constexpr bool kStagedDq = kPair == 1;
   static constexpr uint32_t kDqSlotBytes = kStagedDq ? BM * kCtaK * 4 : 0;
-  // A pair's partial S^T and dP^T from the other CTA: two slots (by step parity) of [consumer][BN x BM] fp32.
-  static constexpr uint32_t kExchangeBytes = kPair == 2 ? 2 * 2 * BN * BM * 4 : 0;
+  // A pair's partial S^T and dP^T from the other CTA: one slot of [consumer][BN x BM] fp32.
+  static constexpr uint32_t kExchangeBytes = kPair == 2 ? 2 * BN * BM * 4 : 0;
   static constexpr size_t smem_bytes() {
-    return kKBytes + kVBytes + kStages * (kQBytes + kDoBytes) + kDsBytes + kPtBytes + 2 * kPBytes +
+    return kKBytes + kVBytes + kStages * kQBytes + kDoStages * kDoBytes + kDsBytes + kPtBytes + 2 * kPBytes +
            kStages * kTermBytes + kSumBytes + kColsumBytes + kExchangeBytes + kDqSlotBytes + 1024;
   }
   static_assert((kSplit && (kK == 256 || kK == 512)) || (kK == 192 && kV == 128),
@@ -128,7 +129,8 @@ struct DkdvWideTile {
   static_assert(register_split_fits(3, kProducerRegs, kConsumerRegs), "register budget of the wide Hopper backward");
   static_assert(smem_bytes() <= 227 * 1024, "the wide Hopper backward's buffers exceed shared memory");
   // dK and dV leave through the Q / dO stages as row-major [BN][kCtaK] and [BN][kCtaV] tiles.
-  static_assert(BN * (kCtaK + kCtaV) * 2 <= kStages * (kQBytes + kDoBytes), "dK and dV's staging fits the stages");
+  static_assert(BN * (kCtaK + kCtaV) * 2 <= kStages * kQBytes + kDoStages * kDoBytes,
+                "dK and dV's staging fits the stages");
 };
 
 // Launches the dK/dV kernel of bucket kD (K, V <= kD) over the key tiles `keys` (tile_rows BN) on a persistent grid

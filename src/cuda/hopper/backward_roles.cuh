@@ -240,17 +240,28 @@ __device__ __forceinline__ void produce(const DkdvParams& p, const Buf& buf, con
     const Step st = *walk;
     const uint32_t n = step + it;
     const int s = buf.stage(n);
-    if constexpr (Buf::kDoApart) {  // dO first: it comes free first
-      buf.wait_free(buf.do_empty(), n);
-      ptx::barrier_arrive_expect(buf.do_full(), Tile::kDoBytes);
-      load_dout(st, s, buf.do_full());
+    const auto load_q = [&] {
+      buf.wait_free(buf.q_empty(s), n);
+      ptx::barrier_arrive_expect(buf.q_full(s), Tile::kQBytes + (Buf::kDoApart ? 0 : Tile::kDoBytes));
+      const int32_t h = static_cast<int32_t>(st.h), row = token0 + st.i0;
+      for (int c = 0; c < Tile::kKBlocks; ++c)
+        ptx::tma_load(buf.template q<T>(s) + c * Tile::BM * 64, &p.q_map, {col0 + c * 64, row, h, batch},
+                      buf.q_full(s));
+      if constexpr (!Buf::kDoApart) load_dout(st, s, buf.q_full(s));
+    };
+    if constexpr (Buf::kDoApart) {
+      const auto load_do = [&] {
+        Buf::DoRing::wait_free(buf.do_empty(), n);
+        ptx::barrier_arrive_expect(buf.do_full(), Tile::kDoBytes);
+        load_dout(st, s, buf.do_full());
+      };
+      // In the order the stages come free: with one stage of each dO first (its last product is made first); Q
+      // first where it has a stage more, so that it loads while the step before is made.
+      if constexpr (Buf::kS == 1) load_do(), load_q();
+      else load_q(), load_do();
+    } else {
+      load_q();
     }
-    buf.wait_free(buf.q_empty(s), n);
-    ptx::barrier_arrive_expect(buf.q_full(s), Tile::kQBytes + (Buf::kDoApart ? 0 : Tile::kDoBytes));
-    const int32_t h = static_cast<int32_t>(st.h), row = token0 + st.i0;
-    for (int c = 0; c < Tile::kKBlocks; ++c)
-      ptx::tma_load(buf.template q<T>(s) + c * Tile::BM * 64, &p.q_map, {col0 + c * 64, row, h, batch}, buf.q_full(s));
-    if constexpr (!Buf::kDoApart) load_dout(st, s, buf.q_full(s));
   }
 }
 

@@ -2,9 +2,9 @@
 // consumer designs work on, and a pair's exchange of partial products between the two CTAs of a cluster.
 //
 // Shared memory (kK, kV: the CTA's head dims, a pair's half): K [kK/64][BN keys][64], V [kV/64][BN keys][64]; per
-// stage Q [kK/64][64 rows][64], dO [kV/64][64 rows][64]; then kSplit: dS^T [BN keys][64] and P^T (fp32, the
-// accumulators' order), else P, dS [BN/64 key blocks][64 rows][64]; a pair's exchange slots
-// [2][consumer][8 float4][128 threads]; the terms [stage][lse | D][64]; kSplit: the row sums' partials
+// stage Q [kK/64][64 rows][64] and dO [kV/64][64 rows][64] (kSplit: the Q stages, then one dO stage); then kSplit:
+// dS^T [BN keys][64] and P^T (fp32, the accumulators' order), else P, dS [BN/64 key blocks][64 rows][64]; a pair's
+// exchange slot [consumer][8 float4][128 threads]; the terms [stage][lse | D][64]; kSplit: the row sums' partials
 // [2][E | mass][4 warps][64] and the ascending order's column sums [8 query heads][64]; with kStagedDq the staged dQ
 // tile [16-row group][chunk][lane] float4 (dq_staging.cuh).
 // Every 64-column block 128-byte swizzled and 1024-byte aligned (cuda/ptx/wgmma.h has the layouts).
@@ -43,34 +43,38 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   // dq_empty when the writer's copy engine read it.
   using DqRing = Ring<1>;
 
-  // then met (192 / 128); do_full, do_empty (one stage); a pair: xch_full[2][2], xch_empty[2][2]; then
+  // then met (192 / 128); do_full, do_empty (one stage); a pair: xch_full[consumer], xch_empty[consumer]; then
   // turn_ready[2], turn_done[2], dq_full, dq_empty
   using Bars = bwd_detail::StepBarriers<kS>;
   unsigned char* base;
   static constexpr bool kMeets = !Tile::kSplit;  // the consumers run copies of their code of their own
   static constexpr bool kPaired = Tile::kPair == 2;
-  // A single stage loads dO and Q on barriers of their own (q_full / q_empty then hold Q alone), each released once
-  // its last product is made.
-  static constexpr bool kDoApart = Tile::kStages == 1;
-  static constexpr int kTurnBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kDoApart ? 2 : 0) + (kPaired ? 8 : 0);
+  // The split consumers load dO (one stage, DoRing) and Q on barriers of their own (q_full / q_empty then hold Q
+  // alone), each released once its last product is made.
+  static constexpr bool kDoApart = Tile::kSplit;
+  using DoRing = Ring<1>;
+  static constexpr int kTurnBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kDoApart ? 2 : 0) + (kPaired ? 4 : 0);
   static constexpr int kBarriers = kTurnBarriers + 2 * 2 + 2;
-  // One consumer's exchange slot: its partial S^T or dP^T, [8 float4 a thread][128 threads].
-  static constexpr uint32_t kSlotBytes = Tile::kExchangeBytes / 4;
-  using ExchangeRing = Ring<2>;
+  // One consumer's exchange slot: its partial S^T or dP^T, [8 float4 a thread][128 threads]; one a consumer.
+  static constexpr uint32_t kSlotBytes = Tile::kExchangeBytes / 2;
+  using ExchangeRing = Ring<1>;
 
   template <class T>
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
   template <class T>
   __device__ __forceinline__ T* v() const { return reinterpret_cast<T*>(base + Tile::kKBytes); }
-  static constexpr uint32_t kStageBytes = Tile::kQBytes + Tile::kDoBytes;
+  // Stage s holds Q then dO; where dO loads apart, the Q stages come first and the one dO stage after them.
+  static constexpr uint32_t kStageBytes = Tile::kQBytes + (kDoApart ? 0 : Tile::kDoBytes);
   template <class T>
   __device__ __forceinline__ T* q(int s) const {
     return reinterpret_cast<T*>(base + Tile::kKBytes + Tile::kVBytes + s * kStageBytes);
   }
   template <class T>
-  __device__ __forceinline__ T* dout(int s) const { return q<T>(s) + Tile::kQBytes / 2; }
+  __device__ __forceinline__ T* dout(int s) const {
+    return kDoApart ? q<T>(kS) : q<T>(s) + Tile::kQBytes / 2;
+  }
   __device__ __forceinline__ unsigned char* after_stages() const {
-    return base + Tile::kKBytes + Tile::kVBytes + kS * kStageBytes;
+    return base + Tile::kKBytes + Tile::kVBytes + kS * Tile::kQBytes + Tile::kDoStages * Tile::kDoBytes;
   }
   // kSplit: dS^T, then P^T.
   template <class T>
@@ -81,10 +85,10 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   __device__ __forceinline__ T* pds(int which) const {
     return reinterpret_cast<T*>(after_stages() + which * Tile::kPBytes);
   }
-  // A pair: consumer c's exchange slot `slot`, where the other CTA's consumer c puts its partial.
-  __device__ __forceinline__ float4* exchange(int slot, int c) const {
-    return reinterpret_cast<float4*>(after_stages() + Tile::kDsBytes + Tile::kPtBytes +
-                                     2 * Tile::kPBytes + (2 * slot + c) * kSlotBytes);
+  // A pair: consumer c's exchange slot, where the other CTA's consumer c puts its partial.
+  __device__ __forceinline__ float4* exchange(int c) const {
+    return reinterpret_cast<float4*>(after_stages() + Tile::kDsBytes + Tile::kPtBytes + 2 * Tile::kPBytes +
+                                     c * kSlotBytes);
   }
   // The row offsets r[BM] then D[BM] of stage s.
   __device__ __forceinline__ float* terms(int s) const {
@@ -113,8 +117,8 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   // empty: the other CTA read what this one put into its slot).
   __device__ __forceinline__ uint64_t* do_full() const { return this->bars + Bars::kCount + (kMeets ? 1 : 0); }
   __device__ __forceinline__ uint64_t* do_empty() const { return do_full() + 1; }
-  __device__ __forceinline__ uint64_t* xch_full(int slot, int c) const { return do_full() + 2 + 2 * slot + c; }
-  __device__ __forceinline__ uint64_t* xch_empty(int slot, int c) const { return do_full() + 6 + 2 * slot + c; }
+  __device__ __forceinline__ uint64_t* xch_full(int c) const { return do_full() + 2 + c; }
+  __device__ __forceinline__ uint64_t* xch_empty(int c) const { return do_full() + 4 + c; }
   __device__ __forceinline__ uint64_t* turn_ready(int t) const { return this->bars + kTurnBarriers + t; }
   __device__ __forceinline__ uint64_t* turn_done(int t) const { return this->bars + kTurnBarriers + 2 + t; }
   __device__ __forceinline__ uint64_t* dq_full() const { return this->bars + kTurnBarriers + 4; }
@@ -134,43 +138,40 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
           ptx::barrier_init(turn_done(t), Tile::kStagedDq ? 1 + (row_sums ? kSumWarps : 0) : kReleasers);
     ptx::barrier_init(dq_full(), 2 * 128), ptx::barrier_init(dq_empty(), 1);
     if (kDoApart) ptx::barrier_init(do_full(), 1), ptx::barrier_init(do_empty(), kReleasers);
-    if (kPaired) {
-      for (int slot = 0; slot < 2; ++slot)
-        for (int c = 0; c < 2; ++c) ptx::barrier_init(xch_full(slot, c), 1), ptx::barrier_init(xch_empty(slot, c), 4);
-    }
+    if (kPaired)
+      for (int c = 0; c < 2; ++c) ptx::barrier_init(xch_full(c), 1), ptx::barrier_init(xch_empty(c), 4);
     ptx::fence_barrier_init();
   }
   __device__ __forceinline__ void release_q(int s) const { this->release(q_empty(s)); }
-  __device__ __forceinline__ void release_do() const { this->release(do_empty()); }
+  __device__ __forceinline__ void release_do() const { DoRing::release(do_empty()); }
 };
 
 // A pair's consumer me swaps its partial product (S^T or dP^T over this CTA's half of the head dims) for the other
 // CTA's, so that both CTAs hold the whole product, the same bits (a + b either way round): open_slot, send the
 // partial as soon as its wgmmas are done, receive the other's, free_slot. The partials go into the other CTA's slot
-// it % 2 by stores that complete on its barriers; what went there two steps ago is read.
+// by stores that complete on its barriers, once the other CTA read what went there the step before.
 template <int kK, int kV>
 struct Exchange {
   using Buf = Buffers<kK, kV>;
   static constexpr int kFloats = DkdvWideTile<kK, kV>::BN * DkdvWideTile<kK, kV>::BM / 128;  // a thread's part
   static_assert(Buf::kSlotBytes == 0 || Buf::kSlotBytes == kFloats * 4 * 128, "a slot holds a consumer's partial");
   const Buf& buf;
-  const int slot, me, t;
+  const int me, t;
   const uint32_t other;  // the other CTA's rank
   const int it;
 
   __device__ __forceinline__ Exchange(const Buf& b, int step, int consumer, uint32_t rank)
-      : buf(b), slot(Buf::ExchangeRing::stage(step)), me(consumer), t(ptx::warpgroup_thread()), other(rank ^ 1u),
-        it(step) {}
+      : buf(b), me(consumer), t(ptx::warpgroup_thread()), other(rank ^ 1u), it(step) {}
 
-  // This step's receipt expected, and the other CTA done with what this one sent into the slot two steps ago.
+  // This step's receipt expected, and the other CTA done with what this one sent into the slot the step before.
   __device__ __forceinline__ void open_slot() const {
-    if (t == 0) ptx::barrier_arrive_expect(buf.xch_full(slot, me), Buf::kSlotBytes);
-    Buf::ExchangeRing::wait_free(buf.xch_empty(slot, me), it);
+    if (t == 0) ptx::barrier_arrive_expect(buf.xch_full(me), Buf::kSlotBytes);
+    Buf::ExchangeRing::wait_free(buf.xch_empty(me), it);
   }
   // The partial into the other CTA's slot.
   __device__ __forceinline__ void send(const float (&x)[kFloats]) const {
-    float* const theirs = ptx::peer_shared(reinterpret_cast<float*>(buf.exchange(slot, me)), other);
-    uint64_t* const theirs_full = ptx::peer_shared(buf.xch_full(slot, me), other);
+    float* const theirs = ptx::peer_shared(reinterpret_cast<float*>(buf.exchange(me)), other);
+    uint64_t* const theirs_full = ptx::peer_shared(buf.xch_full(me), other);
 #pragma unroll
     for (int i = 0; i < kFloats / 4; ++i) {
       const float v[4] = {x[4 * i], x[4 * i + 1], x[4 * i + 2], x[4 * i + 3]};
@@ -179,19 +180,19 @@ struct Exchange {
   }
   // The other CTA's partial added to x.
   __device__ __forceinline__ void receive(float (&x)[kFloats]) const {
-    ptx::barrier_wait(buf.xch_full(slot, me), Buf::ExchangeRing::parity(it));
-    const float4* const mine = buf.exchange(slot, me);
+    ptx::barrier_wait(buf.xch_full(me), Buf::ExchangeRing::parity(it));
+    const float4* const mine = buf.exchange(me);
 #pragma unroll
     for (int i = 0; i < kFloats / 4; ++i) {
       const float4 a = mine[i * 128 + t];
       x[4 * i] += a.x, x[4 * i + 1] += a.y, x[4 * i + 2] += a.z, x[4 * i + 3] += a.w;
     }
   }
-  // The other CTA writes the slot again two steps on, once it has received this CTA's partial of the step between
-  // (sent after this CTA's next S^T or dP^T is made): long after these reads, issued before the arrival, are served.
+  // The other CTA writes the slot again as soon as this arrival reaches it: the caller frees the slot only once it
+  // has stored (P^T or dS^T) what it made from the slot's values, so that these reads are served before.
   __device__ __forceinline__ void free_slot() const {
     __syncwarp();  // every lane's reads are issued before its warp frees the slot
-    if (threadIdx.x % 32 == 0) ptx::arrive_on_peer(ptx::peer_shared(buf.xch_empty(slot, me), other));
+    if (threadIdx.x % 32 == 0) ptx::arrive_on_peer(ptx::peer_shared(buf.xch_empty(me), other));
   }
 };
 

@@ -369,7 +369,6 @@ __device__ __forceinline__ void consume_scores(ScoreConsumer<T, kK, kV, kRowSums
     if constexpr (Tile::kPair == 2) {  // P^T needs the whole S^T
       swap.send(sc);
       swap.receive(sc);
-      swap.free_slot();
     }
     const int pos0 = st.i0 + p.b.a.key_shift;  // the step's first row's key position (a slice pair's rows shifted)
     if (block_needs_mask(st.i0, st.i0 + Tile::BM, w.j0, w.j0 + Tile::BN, w.seq.len, p.b.a.window, p.b.a.key_shift,
@@ -380,8 +379,11 @@ __device__ __forceinline__ void consume_scores(ScoreConsumer<T, kK, kV, kRowSums
     ptx::barrier_arrive(buf.t_empty(s));
     typename Consumer::Operand pt;
     c.share(sc, buf.pt(), pt);
+    // The slot is freed once P^T, made from what it held, is stored: with one slot the other CTA's next partial
+    // lands there a round trip after this arrival.
+    if constexpr (Tile::kPair == 2) swap.free_slot();
     ptx::named_barrier_arrive_any(kPtReady, 256);
-    if constexpr (Buffers<kK, kV>::kDoApart) ptx::barrier_wait(buf.do_full(), buf.parity(it));
+    if constexpr (Buffers<kK, kV>::kDoApart) ptx::barrier_wait(buf.do_full(), Buffers<kK, kV>::DoRing::parity(it));
     float dq[Consumer::kDqAcc];
     ptx::wgmma_fence();
     c.issue_dv(pt, buf, s);
@@ -415,7 +417,7 @@ __device__ __forceinline__ void consume_gradients(GradientConsumer<T, kK, kV, kR
   for (int it = 0; it < w.steps; ++it, walk.next()) {
     const bwd_detail::Step st = *walk;
     const int s = buf.stage(it);
-    if constexpr (Buffers<kK, kV>::kDoApart) ptx::barrier_wait(buf.do_full(), buf.parity(it));
+    if constexpr (Buffers<kK, kV>::kDoApart) ptx::barrier_wait(buf.do_full(), Buffers<kK, kV>::DoRing::parity(it));
     else ptx::barrier_wait(buf.q_full(s), buf.parity(it));
     ptx::barrier_wait(buf.t_full(s), buf.parity(it));
     float dp[Tile::BM / 2];
@@ -429,7 +431,6 @@ __device__ __forceinline__ void consume_gradients(GradientConsumer<T, kK, kV, kR
     if constexpr (Tile::kPair == 2) {  // dS^T needs the whole dP^T
       swap.send(dp);
       swap.receive(dp);
-      swap.free_slot();
     }
     ptx::named_barrier_sync_any(kPtReady, 256);
     typename Consumer::Operand dst;
@@ -437,6 +438,7 @@ __device__ __forceinline__ void consume_gradients(GradientConsumer<T, kK, kV, kR
     c.gradients(dp, buf.pt(), buf.terms(s), sums, dst);
     ptx::barrier_arrive(buf.t_empty(s));
     c.store_ds(dst, buf);
+    if constexpr (Tile::kPair == 2) swap.free_slot();  // after dS^T, made from what the slot held, is stored
     ptx::named_barrier_sync_any(kDsReady, 256);
     if constexpr (Buffers<kK, kV>::kDoApart) ptx::barrier_wait(buf.q_full(s), buf.parity(it));
     float dq[Consumer::kDqAcc];
@@ -456,15 +458,19 @@ __device__ __forceinline__ void consume_gradients(GradientConsumer<T, kK, kV, kR
 }
 
 // Both split consumers' walks, then dK and dV out through the Q and dO stages: consumer 0's dV into dO's (consumer 1
-// read dO last for the last dP^T, before the last pt_ready), consumer 1's dK into Q's (consumer 0 read Q last for
-// the last S^T); once both are staged, all 256 threads copy them out.
+// read dO last for the last dP^T, before the last pt_ready), consumer 1's dK into a Q stage (one: consumer 0 read Q
+// last for the last S^T; of two, the one the last step left alone); once both are staged, all 256 threads copy them
+// out.
 template <class T, int kK, int kV, bool kRowSums>
 __device__ __forceinline__ void consume_split(const DkdvParams& p, const bwd_detail::KeyWork& w,
                                               const Buffers<kK, kV>& buf, int me, int rank) {
   using Tile = DkdvWideTile<kK, kV>;
-  T* const dk_tile = buf.template q<T>(0);
+  // dK into the Q stage the last step did not use where there are two (no copy lands there any more).
+  T* const dk_tile = buf.template q<T>(Buffers<kK, kV>::stage(static_cast<uint32_t>(w.steps)));
   T* const dv_tile = buf.template dout<T>(0);
-  static_assert(Tile::kStages == 1 && Tile::BN * Tile::kCtaK * 2 == Tile::kQBytes, "dK and dV fill Q's and dO's stage");
+  static_assert(Tile::kDoStages == 1 && Tile::BN * Tile::kCtaK * 2 == Tile::kQBytes &&
+                    Tile::BN * Tile::kCtaV * 2 == Tile::kDoBytes,
+                "dK and dV fill a Q stage and the dO stage");
   if (me == 0) {
     ScoreConsumer<T, kK, kV, kRowSums> c(p.b, w, rank);
     consume_scores(c, p, w, buf, rank);
