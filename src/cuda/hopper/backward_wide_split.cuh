@@ -105,12 +105,20 @@ class SplitConsumer {
     if (i_first >= w_.seq.len) return;
     const int64_t row0 = bwd::dq_row(a, w_.seq.batch, h, w_.seq_index, w_.seq.start);
     float* at = p_.dq_acc + bwd::dq_acc_offset(row0, i_first, col0, p_.K16) + 4 * lane_;
-#pragma unroll
-    for (int j = 0; j < kDqAcc / 4; ++j) {
-      if (col0 + 8 * j >= p_.K16) break;
+    const auto add = [&](int j) {
 #if FG_HOPPER_BWD_BODY
       ptx::red_add_v4_f32(at + j * 128, make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]));
 #endif
+    };
+    // All columns real (every shape but padded head dims): the adds back to back. A branch between two adds waits
+    // until the first has read its registers, which serialised them on the LSU's pace.
+    if (col0 + kCta / 2 <= p_.K16) {
+#pragma unroll
+      for (int j = 0; j < kDqAcc / 4; ++j) add(j);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kDqAcc / 4; ++j)
+        if (col0 + 8 * j < p_.K16) add(j);
     }
   }
 
