@@ -52,7 +52,8 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   // The split consumers load dO (one stage, DoRing) and Q on barriers of their own (q_full / q_empty then hold Q
   // alone), each released once its last product is made.
   static constexpr bool kDoApart = Tile::kSplit;
-  using DoRing = Ring<1>;
+  using DoRing = Ring<Tile::kDoStages>;
+  static_assert(!kDoApart || Tile::kDoStages == 1, "dO apart has one stage, after the Q stages (dout)");
   static constexpr int kTurnBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kDoApart ? 2 : 0) + (kPaired ? 4 : 0);
   static constexpr int kBarriers = kTurnBarriers + 2 * 2 + 2;
   // One consumer's exchange slot: its partial S^T or dP^T, [8 float4 a thread][128 threads]; one a consumer.

@@ -31,10 +31,11 @@ __device__ __forceinline__ void store_to_peer(float* remote, const float (&v)[4]
 }
 
 // An arrival on another CTA's barrier (`remote_bar`, from peer_shared) that says this thread is done reading what
-// that CTA stored here. Relaxed: it orders nothing, so the caller's protocol must leave the other CTA's next write
-// far behind the reads (issued before the arrival). A release at cluster scope is a MEMBAR.GPU in SASS, which waits
-// for every global reduction the thread still has in flight; cluster pipelines' remote releases (the default
-// `mbarrier.arrive.shared::cluster`, release at CTA scope) compile to the same fence-free arrival as this one.
+// that CTA stored here. Relaxed: it orders nothing, so the caller arrives only once its reads are served (for
+// example after storing values made from them), since the other CTA may write again as soon as it sees the arrival.
+// A release at cluster scope is a MEMBAR.GPU in SASS, which waits for every global reduction the thread still has
+// in flight; cluster pipelines' remote releases (the default `mbarrier.arrive.shared::cluster`, release at CTA scope)
+// compile to the same fence-free arrival as this one.
 __device__ __forceinline__ void arrive_on_peer(uint64_t* remote_bar) {
   ::cuda::ptx::mbarrier_arrive(::cuda::ptx::sem_relaxed, ::cuda::ptx::scope_cluster, ::cuda::ptx::space_cluster,
                                remote_bar);
