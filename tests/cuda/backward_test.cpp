@@ -162,6 +162,19 @@ TEST_P(BackwardHeadDims, PackedGateSinkWindow) {
   check_backward(c);
 }
 
+// Without the row sums (the 256 bucket's key pairs: two tiles whose rows differ at both ends of a window, the second
+// past a short segment's end), in both modes.
+TEST_P(BackwardHeadDims, PackedWindowBothModes) {
+  FLASHGATE_REQUIRE_GPU();
+  const auto [dtype, kv] = GetParam();
+  AttentionConfig c = base(dtype, kv.first, kv.second);
+  c.packed = {0, 15, 100, 0, 230, 65, 129};
+  c.window = 97;
+  check_backward(c);
+  c.deterministic = true;
+  check_backward(c);
+}
+
 INSTANTIATE_TEST_SUITE_P(All, BackwardHeadDims,
                          ::testing::Combine(::testing::Values(DType::f16, DType::bf16), ::testing::ValuesIn(kHeadDims)),
                          [](const auto& info) {

@@ -298,7 +298,7 @@ class Consumer {
   // n - 1's; then this thread's arrival on dq_full.
   __device__ __forceinline__ void stage_dq(const float (&dq)[kDq], const Buffers<kD>& buf, uint32_t n) const {
     Buffers<kD>::DqRing::wait_free(buf.dq_empty(), n);
-    dq_staging::write_group(dq, buf.dq_slot(), dq_row0() / 16 + warp_, dq_col0() / 8, p_.K16 / 8);
+    dq_staging::write_group(dq, buf.dq_slot(), dq_row0() / 16 + warp_, dq_col0() / 8, p_.K16 / 8, p_.K16 / 8);
     ptx::barrier_arrive(buf.dq_full());
   }
 

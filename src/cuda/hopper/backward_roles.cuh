@@ -213,22 +213,29 @@ struct StepBarriers {
   }
 };
 
-// The producer's lane: per item with steps, K and V, then Q and dO of every step (`step` counts the CTA's steps),
-// head-dim columns col0.. (a pair's half).
-template <class T, class Buf>
+// What an item loads beside its K and V: nothing (ExtraKv, a kernel's own: kBytes, and its loads onto a barrier).
+struct NoExtraKv {
+  static constexpr uint32_t kBytes = 0;
+  __device__ __forceinline__ void operator()(uint64_t*) const {}
+};
+
+// The producer's lane: per item with steps, K and V (and `extra`'s loads), then Q and dO of every step (`step` counts
+// the CTA's steps), head-dim columns col0.. (a pair's half).
+template <class T, class Buf, class ExtraKv = NoExtraKv>
 __device__ __forceinline__ void produce(const DkdvParams& p, const Buf& buf, const KeyWork& w, uint32_t item_n,
-                                        uint32_t step, int col0 = 0) {
+                                        uint32_t step, int col0 = 0, const ExtraKv& extra = {}) {
   using Tile = typename Buf::Tile;
   const int32_t token0 = static_cast<int32_t>(w.seq.start), batch = static_cast<int32_t>(w.seq.batch);
   const int32_t hk = static_cast<int32_t>(w.hk);
   Buf::KvRing::wait_free(buf.kv_empty(), item_n);  // the consumers are done with the last item's K and V
-  ptx::barrier_arrive_expect(buf.kv_full(), Tile::kKBytes + Tile::kVBytes);
+  ptx::barrier_arrive_expect(buf.kv_full(), Tile::kKBytes + Tile::kVBytes + ExtraKv::kBytes);
   for (int c = 0; c < Tile::kKBlocks; ++c)
     ptx::tma_load(buf.template k<T>() + c * Tile::BN * 64, &p.k_map, {col0 + c * 64, token0 + w.j0, hk, batch},
                   buf.kv_full());
   for (int c = 0; c < Tile::kVBlocks; ++c)
     ptx::tma_load(buf.template v<T>() + c * Tile::BN * 64, &p.v_map, {col0 + c * 64, token0 + w.j0, hk, batch},
                   buf.kv_full());
+  extra(buf.kv_full());
   // Step st's dO into stage s, completing on `full`.
   const auto load_dout = [&](const Step& st, int s, uint64_t* full) {
     const int32_t h = static_cast<int32_t>(st.h), row = token0 + st.i0;
@@ -319,7 +326,8 @@ __device__ __forceinline__ void stage_terms(const bwd::BackwardParams& p, const 
 // trip. kHandEarly: such a turn goes out before the count of the step before, which waits for that step's adds to
 // complete, so that the writer's next adds do not wait for it (the wide kernel, whose 48-64 KB adds take long);
 // otherwise every count goes first (the narrow kernel: handed early, its sink rows measured 3% slower).
-// tile_adds: the count a key tile makes at a row block (a fixed number a step: kReleasers per CTA).
+// tile_adds: the count an item makes at a row block (a fixed number a step: kReleasers per CTA); `w` the item's (its
+// keys from j0, Tile::kItemKeys of them).
 template <bool kHandEarly, class Buf>
 __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
                                            uint32_t step, int tile_adds) {
@@ -333,8 +341,8 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
   int seen = peek_dq_turns(counter);
   for (int it = 0; it < w.steps; ++it) {
     const uint32_t n = step + it;
-    const int turn = w.up ? dq_turn_ascending<Tile::BN, Tile::BM>(st.i0, w.j0, p.a.window, tile_adds)
-                          : dq_turn<Tile::BN, Tile::BM>(st.i0, w.j0, w.seq.len, tile_adds);
+    const int turn = w.up ? dq_turn_ascending<Tile::kItemKeys, Tile::BM>(st.i0, w.j0, p.a.window, tile_adds)
+                          : dq_turn<Tile::kItemKeys, Tile::BM>(st.i0, w.j0, w.seq.len, tile_adds);
     // An early turn takes a stage that step n - 2's adds freed (counted in the last round).
     bool handed = kHandEarly && made != nullptr && dq_turn_come(counter, turn, seen);
     if (handed && threadIdx.x % 32 == 0) ptx::barrier_arrive(buf.turn_ready(Turns::stage(n)));
@@ -360,12 +368,16 @@ __device__ __forceinline__ void take_turns(const bwd::BackwardParams& p, const B
 }
 
 // The writer warp (both dK/dV kernels): per step of an item, the staged dQ tile's rows in the sequence added into
-// dq_acc by one bulk reduction (dq_staging.cuh); in deterministic mode in the turn the turn warp hands over, complete
-// before the one arrival on turn_done (the slot is handed back as soon as it is read). `step` counts the CTA's steps.
+// dq_acc by one bulk reduction (dq_staging.cuh), or where the slot holds columns col0.. of them (Tile::kDqSlotChunks)
+// one a 16-row group; in deterministic mode in the turn the turn warp hands over, complete before the one arrival on
+// turn_done (the slot is handed back as soon as it is read). `step` counts the CTA's steps.
 template <class Buf>
-__device__ __forceinline__ void write_dq(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w,
-                                         uint32_t step) {
+__device__ __forceinline__ void write_dq(const bwd::BackwardParams& p, const Buf& buf, const KeyWork& w, uint32_t step,
+                                         int col0 = 0) {
   using Tile = typename Buf::Tile;
+  constexpr int kSlotChunks = Tile::kDqSlotChunks;
+  // The slot's chunks a group that are columns of the head dim.
+  const int chunks = kSlotChunks ? max(0, min(kSlotChunks, p.K16 / 8 - col0 / 8)) : p.K16 / 8;
   StepWalk<Tile::BM> walk(p, w);
   for (int it = 0; it < w.steps; ++it, walk.next()) {
     const Step st = *walk;
@@ -373,10 +385,14 @@ __device__ __forceinline__ void write_dq(const bwd::BackwardParams& p, const Buf
     const int t = Buf::TurnRing::stage(n);
     const int groups = max(0, min(Tile::BM, w.seq.len - st.i0) + 15) / 16;
     const int64_t row0 = bwd::dq_row(p.a, w.seq.batch, st.h, w.seq_index, w.seq.start);
-    float* dst = p.dq_acc + bwd::dq_acc_offset(row0, st.i0, 0, p.K16);
+    float* dst = p.dq_acc + bwd::dq_acc_offset(row0, st.i0, col0, p.K16);
     if (p.dq_order) ptx::barrier_wait(buf.turn_ready(t), Buf::TurnRing::parity(n));
     ptx::barrier_wait(buf.dq_full(), Buf::DqRing::parity(n));
-    dq_staging::add_run(dst, buf.dq_slot(), static_cast<uint32_t>(groups * (p.K16 / 8)) * 512);
+    if constexpr (kSlotChunks == 0)
+      dq_staging::add_run(dst, buf.dq_slot(), static_cast<uint32_t>(groups * chunks) * 512);
+    else
+      dq_staging::add_groups(dst, int64_t{16} * p.K16, buf.dq_slot(), groups, kSlotChunks * 512u,
+                             static_cast<uint32_t>(chunks) * 512);
     Buf::DqRing::release(buf.dq_empty());  // the slot is free once read, the turn is counted once the adds are done
     if (p.dq_order) {
       dq_staging::finish_adds();

@@ -150,7 +150,7 @@ class BlockConsumer {
   // thread's arrival on dq_full.
   __device__ __forceinline__ void stage_dq(const float (&dq)[kDqAcc], const Buf& buf, int it) const {
     Buf::DqRing::wait_free(buf.dq_empty(), it);
-    dq_staging::write_group(dq, buf.dq_slot(), warp_, 8 * kDqFirst, p_.K16 / 8);
+    dq_staging::write_group(dq, buf.dq_slot(), warp_, 8 * kDqFirst, p_.K16 / 8, p_.K16 / 8);
     ptx::barrier_arrive(buf.dq_full());
   }
 

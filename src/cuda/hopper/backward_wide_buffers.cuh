@@ -1,9 +1,10 @@
 // The wide Hopper backward's shared memory and barriers (sm_90a; backward.h's DkdvWideTile): the buffers both of its
 // consumer designs work on, and a pair's exchange of partial products between the two CTAs of a cluster.
 //
-// Shared memory (kK, kV: the CTA's head dims, a pair's half): K [kK/64][BN keys][64], V [kV/64][BN keys][64]; per
-// stage Q [kK/64][64 rows][64] and dO [kV/64][64 rows][64] (kSplit: the Q stages, then one dO stage); then kSplit:
-// dS^T [BN keys][64] and P^T (fp32, the accumulators' order), else P, dS [BN/64 key blocks][64 rows][64]; a pair's
+// Shared memory (kK, kV: the CTA's head dims, a pair's half): K [kK/64][BN keys][64], V [kV/64][BN keys][64], a key
+// pair's other K [kK/128][BN keys][64]; per stage Q [kK/64][64 rows][64] and dO [kV/64][64 rows][64] (kSplit: the Q
+// stages, then one dO stage); then kSplit: dS^T [BN keys][64] (a key pair's, then the other CTA's) and P^T (fp32,
+// the accumulators' order), else P, dS [BN/64 key blocks][64 rows][64]; a pair's
 // exchange slot [consumer][8 float4][128 threads]; the terms [stage][lse | D][64]; kSplit: the row sums' partials
 // [2][E | mass][4 warps][64] and the ascending order's column sums [8 query heads][64]; with kStagedDq the staged dQ
 // tile [16-row group][chunk][lane] float4 (dq_staging.cuh).
@@ -26,9 +27,9 @@ namespace bwd_wide {
 
 // The CTA's buffers and barriers: the narrow kernel's interface (the producer's and the term warp's code is shared)
 // with the wide kernel's own tiles beside it.
-template <int kK, int kV>
+template <int kK, int kV, bool kRowSums = false>
 struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<DkdvWideTile<kK, kV>::kStages> {
-  using Tile = DkdvWideTile<kK, kV>;
+  using Tile = DkdvWideTile<kK, kV, kRowSums>;
   using Ring<Tile::kStages>::kS;
   static constexpr int kReleasers = 8;  // one lane per consumer warp
   static constexpr int kSumWarps = 4;   // kSplit: consumer 1's warps add the row sums
@@ -43,43 +44,54 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   // dq_empty when the writer's copy engine read it.
   using DqRing = Ring<1>;
 
-  // then met (192 / 128); do_full, do_empty (one stage); a pair: xch_full[consumer], xch_empty[consumer]; then
-  // turn_ready[2], turn_done[2], dq_full, dq_empty
+  // then met (192 / 128); do_full, do_empty (one stage); a pair: xch_full[consumer], xch_empty[consumer]; a key pair:
+  // ds_in, ds_out_free; then turn_ready[2], turn_done[2], dq_full, dq_empty
   using Bars = bwd_detail::StepBarriers<kS>;
   unsigned char* base;
   static constexpr bool kMeets = !Tile::kSplit;  // the consumers run copies of their code of their own
   static constexpr bool kPaired = Tile::kPair == 2;
+  static constexpr bool kKeyPaired = Tile::kKeyPair == 2;
   // The split consumers load dO (one stage, DoRing) and Q on barriers of their own (q_full / q_empty then hold Q
   // alone), each released once its last product is made.
   static constexpr bool kDoApart = Tile::kSplit;
   using DoRing = Ring<Tile::kDoStages>;
   static_assert(!kDoApart || Tile::kDoStages == 1, "dO apart has one stage, after the Q stages (dout)");
-  static constexpr int kTurnBarriers = Bars::kCount + (kMeets ? 1 : 0) + (kDoApart ? 2 : 0) + (kPaired ? 4 : 0);
+  static constexpr int kTurnBarriers =
+      Bars::kCount + (kMeets ? 1 : 0) + (kDoApart ? 2 : 0) + (kPaired ? 4 : 0) + (kKeyPaired ? 2 : 0);
   static constexpr int kBarriers = kTurnBarriers + 2 * 2 + 2;
   // One consumer's exchange slot: its partial S^T or dP^T, [8 float4 a thread][128 threads]; one a consumer.
   static constexpr uint32_t kSlotBytes = Tile::kExchangeBytes / 2;
   using ExchangeRing = Ring<1>;
+  // A key pair: the other CTA's dS^T tile, one a step (ds_in: it landed; ds_out_free: the other CTA is done with the
+  // tile this one sent it, so that it may send the next and write its own tile again).
+  using DsRing = Ring<1>;
 
   template <class T>
   __device__ __forceinline__ T* k() const { return reinterpret_cast<T*>(base); }
   template <class T>
   __device__ __forceinline__ T* v() const { return reinterpret_cast<T*>(base + Tile::kKBytes); }
+  // A key pair: the other tile's keys, this CTA's half of the columns.
+  template <class T>
+  __device__ __forceinline__ T* k_other() const { return reinterpret_cast<T*>(base + Tile::kKBytes + Tile::kVBytes); }
+  static constexpr uint32_t kKvBytes = Tile::kKBytes + Tile::kVBytes + Tile::kKOtherBytes;
   // Stage s holds Q then dO; where dO loads apart, the Q stages come first and the one dO stage after them.
   static constexpr uint32_t kStageBytes = Tile::kQBytes + (kDoApart ? 0 : Tile::kDoBytes);
   template <class T>
-  __device__ __forceinline__ T* q(int s) const {
-    return reinterpret_cast<T*>(base + Tile::kKBytes + Tile::kVBytes + s * kStageBytes);
-  }
+  __device__ __forceinline__ T* q(int s) const { return reinterpret_cast<T*>(base + kKvBytes + s * kStageBytes); }
   template <class T>
   __device__ __forceinline__ T* dout(int s) const {
     return kDoApart ? q<T>(kS) : q<T>(s) + Tile::kQBytes / 2;
   }
   __device__ __forceinline__ unsigned char* after_stages() const {
-    return base + Tile::kKBytes + Tile::kVBytes + kS * Tile::kQBytes + Tile::kDoStages * Tile::kDoBytes;
+    return base + kKvBytes + kS * Tile::kQBytes + Tile::kDoStages * Tile::kDoBytes;
   }
-  // kSplit: dS^T, then P^T.
+  // kSplit: dS^T (a key pair's, then the other CTA's), then P^T.
   template <class T>
   __device__ __forceinline__ T* dst() const { return reinterpret_cast<T*>(after_stages()); }
+  template <class T>
+  __device__ __forceinline__ T* dst_other() const {
+    return reinterpret_cast<T*>(after_stages() + Tile::kDsBytes / 2);
+  }
   __device__ __forceinline__ float4* pt() const { return reinterpret_cast<float4*>(after_stages() + Tile::kDsBytes); }
   // Else P (which 0) or dS (which 1).
   template <class T>
@@ -120,6 +132,10 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
   __device__ __forceinline__ uint64_t* do_empty() const { return do_full() + 1; }
   __device__ __forceinline__ uint64_t* xch_full(int c) const { return do_full() + 2 + c; }
   __device__ __forceinline__ uint64_t* xch_empty(int c) const { return do_full() + 4 + c; }
+  // A key pair: ds_in, the other CTA's dS^T tile landed here (its copy's bytes and one arrival here);
+  // ds_out_free, the other CTA's consumer warps are done with the tile this one sent (their arrivals from there).
+  __device__ __forceinline__ uint64_t* ds_in() const { return do_full() + 2 + (kPaired ? 4 : 0); }
+  __device__ __forceinline__ uint64_t* ds_out_free() const { return ds_in() + 1; }
   __device__ __forceinline__ uint64_t* turn_ready(int t) const { return this->bars + kTurnBarriers + t; }
   __device__ __forceinline__ uint64_t* turn_done(int t) const { return this->bars + kTurnBarriers + 2 + t; }
   __device__ __forceinline__ uint64_t* dq_full() const { return this->bars + kTurnBarriers + 4; }
@@ -141,6 +157,7 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
     if (kDoApart) ptx::barrier_init(do_full(), 1), ptx::barrier_init(do_empty(), kReleasers);
     if (kPaired)
       for (int c = 0; c < 2; ++c) ptx::barrier_init(xch_full(c), 1), ptx::barrier_init(xch_empty(c), 4);
+    if (kKeyPaired) ptx::barrier_init(ds_in(), 1), ptx::barrier_init(ds_out_free(), kReleasers);
     ptx::fence_barrier_init();
   }
   __device__ __forceinline__ void release_q(int s) const { this->release(q_empty(s)); }
@@ -151,9 +168,9 @@ struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<D
 // CTA's, so that both CTAs hold the whole product, the same bits (a + b either way round): open_slot, send the
 // partial as soon as its wgmmas are done, receive the other's, free_slot. The partials go into the other CTA's slot
 // by stores that complete on its barriers, once the other CTA read what went there the step before.
-template <int kK, int kV>
+template <int kK, int kV, bool kRowSums>
 struct Exchange {
-  using Buf = Buffers<kK, kV>;
+  using Buf = Buffers<kK, kV, kRowSums>;
   static constexpr int kFloats = DkdvWideTile<kK, kV>::BN * DkdvWideTile<kK, kV>::BM / 128;  // a thread's part
   static_assert(Buf::kSlotBytes == 0 || Buf::kSlotBytes == kFloats * 4 * 128, "a slot holds a consumer's partial");
   const Buf& buf;
@@ -194,6 +211,38 @@ struct Exchange {
   __device__ __forceinline__ void free_slot() const {
     __syncwarp();  // every lane's reads are issued before its warp frees the slot
     if (threadIdx.x % 32 == 0) ptx::arrive_on_peer(ptx::peer_shared(buf.xch_empty(me), other));
+  }
+};
+
+// A key pair's dS^T tiles, swapped each step so that both CTAs make dQ over the item's 128 keys: consumer 1 arms
+// ds_in for the other CTA's tile (expect), writes its own tile once the other CTA is done with the last one sent
+// (wait_sent_free: the copy engine has then read it too), and once both consumers met at ds_ready (every thread's
+// stores are in and fenced) copies it into the other CTA (send); both consumers wait for the other's (receive) before
+// dQ and free it once their dQ wgmmas are done (free).
+template <int kK, int kV, bool kRowSums>
+struct DsSwap {
+  using Buf = Buffers<kK, kV, kRowSums>;
+  static constexpr uint32_t kTileBytes = Buf::Tile::kDsBytes / 2;
+  const Buf& buf;
+  const uint32_t other;  // the other CTA's rank
+  const int it;
+
+  __device__ __forceinline__ DsSwap(const Buf& b, int step, uint32_t rank) : buf(b), other(rank ^ 1u), it(step) {}
+
+  __device__ __forceinline__ void expect() const {
+    if (ptx::warpgroup_thread() == 0) ptx::barrier_arrive_expect(buf.ds_in(), kTileBytes);
+  }
+  __device__ __forceinline__ void wait_sent_free() const { Buf::DsRing::wait_free(buf.ds_out_free(), it); }
+  __device__ __forceinline__ void send() const {
+    if (ptx::warpgroup_thread() == 0)
+      ptx::copy_to_peer(ptx::peer_shared(buf.template dst_other<unsigned char>(), other),
+                        buf.template dst<unsigned char>(), kTileBytes, ptx::peer_shared(buf.ds_in(), other));
+  }
+  __device__ __forceinline__ void receive() const { ptx::barrier_wait(buf.ds_in(), Buf::DsRing::parity(it)); }
+  // After the wgmmas that read the other's tile are waited for (their reads are done).
+  __device__ __forceinline__ void free() const {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) ptx::arrive_on_peer(ptx::peer_shared(buf.ds_out_free(), other));
   }
 };
 

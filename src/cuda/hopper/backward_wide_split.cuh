@@ -13,6 +13,9 @@
 //
 // A pair (512 / 512): each consumer's product is partial, over the CTA's half of the head dims; it goes to the same
 // consumer of the other CTA and the other's comes back (Exchange) before P^T or dS^T are made.
+//
+// A key pair (256 / 256 without the row sums): consumer 1's dS^T tile goes to the other CTA, whose tile comes back
+// (DsSwap), and each consumer makes dQ for 64 of the CTA's 128 columns over both tiles' keys.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -47,9 +50,10 @@ enum SplitBarrier : int { kPtReady = 1, kDsReady = 2, kOutStaged = 3 };
 template <class T, int kK, int kV, bool kRowSums>
 class SplitConsumer {
  protected:
-  using Tile = DkdvWideTile<kK, kV>;
-  using Buf = Buffers<kK, kV>;
+  using Tile = DkdvWideTile<kK, kV, kRowSums>;
+  using Buf = Buffers<kK, kV, kRowSums>;
   static constexpr int BM = Tile::BM, BN = Tile::BN, kCta = Tile::kCtaK;
+  static constexpr int kDqN = Tile::kDqColumns / 2;  // a consumer's dQ columns
   static constexpr int kS = BM / 2;      // S^T, dP^T accumulators per thread (m64nBM)
   static constexpr int kAcc = kCta / 2;  // dV or dK accumulators per thread (m64 n kCta)
   static_assert(Tile::kSplit && Tile::kCtaK == Tile::kCtaV && BN == 64, "the split consumers' shape");
@@ -57,10 +61,13 @@ class SplitConsumer {
  public:
   using Operand = uint32_t[BM / 16][4];
   using Scale = PScale<T, kRowSums>;      // P's factor (element.h) where a sink can come: with the row sums
-  static constexpr int kDqAcc = kCta / 4;  // dQ accumulators per thread (m64, n kCta / 2)
+  static constexpr int kDqAcc = kDqN / 2;  // dQ accumulators per thread (m64 n kDqN)
 
-  __device__ __forceinline__ SplitConsumer(const bwd::BackwardParams& p, const bwd_detail::KeyWork& w, int me, int rank)
-      : p_(p), w_(w), me_(me), rank_(rank), lane_(threadIdx.x % 32), warp_(ptx::warpgroup_thread() / 32) {
+  // rank: a pair's head-dim half; key_rank: a key pair's key tile (0 elsewhere).
+  __device__ __forceinline__ SplitConsumer(const bwd::BackwardParams& p, const bwd_detail::KeyWork& w, int me, int rank,
+                                           int key_rank)
+      : p_(p), w_(w), me_(me), rank_(rank), key_rank_(key_rank), lane_(threadIdx.x % 32),
+        warp_(ptx::warpgroup_thread() / 32) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) acc_[i] = 0.f;
   }
@@ -78,15 +85,23 @@ class SplitConsumer {
       ptx::Wgmma<T, BM, 0>::ss(x, ptx::descriptor_step(a0, BN, step), ptx::descriptor_step(b0, BM, step), step > 0);
   }
 
-  // dQ = dS K for this consumer's half of the columns: dS read transposed from the dS^T tile, K transposed from its
-  // 64-column blocks.
+  // dQ = dS K for this consumer's half of the CTA's columns: dS read transposed from the dS^T tile, K transposed from
+  // its 64-column blocks. A key pair: columns 128 key_rank + 64 me over both tiles' keys, the other tile's dS^T and K
+  // after this one's.
   __device__ __forceinline__ void issue_dq(float (&dq)[kDqAcc], const Buf& buf) const {
-    const T* k = buf.template k<T>() + me_ * (kCta / 128) * BN * 64;
+    const int block = Tile::kKeyPair == 2 ? 2 * key_rank_ + me_ : me_ * (kCta / 128);
     const uint64_t ds0 = ptx::mn_major_descriptor(buf.template dst<T>(), BN, 0),
-                   k0 = ptx::mn_major_descriptor(k, BN, 0);
+                   k0 = ptx::mn_major_descriptor(buf.template k<T>() + block * BN * 64, BN, 0);
 #pragma unroll
     for (int t = 0; t < BN / 16; ++t)
-      ptx::Wgmma<T, kCta / 2, 1>::template ss<1>(dq, ptx::mn_major_step(ds0, t), ptx::mn_major_step(k0, t), t > 0);
+      ptx::Wgmma<T, kDqN, 1>::template ss<1>(dq, ptx::mn_major_step(ds0, t), ptx::mn_major_step(k0, t), t > 0);
+    if constexpr (Tile::kKeyPair == 2) {
+      const uint64_t k1 = ptx::mn_major_descriptor(buf.template k_other<T>() + me_ * BN * 64, BN, 0);
+#pragma unroll
+      for (int t = 0; t < BN / 16; ++t)
+        ptx::Wgmma<T, kDqN, 1>::template ss<1>(dq, ptx::mn_major_step(ds0, BN / 16 + t), ptx::mn_major_step(k1, t),
+                                               true);
+    }
     ptx::wgmma_commit();
   }
 
@@ -94,7 +109,12 @@ class SplitConsumer {
   // it - 1's; then this thread's arrival on dq_full.
   __device__ __forceinline__ void stage_dq(const float (&dq)[kDqAcc], const Buf& buf, int it) const {
     Buf::DqRing::wait_free(buf.dq_empty(), it);
-    dq_staging::write_group(dq, buf.dq_slot(), warp_, me_ * kCta / 16, p_.K16 / 8);
+    if constexpr (Tile::kDqSlotChunks > 0)  // the CTA's columns only, chunks of the head dim
+      dq_staging::write_group(dq, buf.dq_slot(), warp_, me_ * kDqN / 8,
+                              min(Tile::kDqSlotChunks, p_.K16 / 8 - key_rank_ * Tile::kDqSlotChunks),
+                              Tile::kDqSlotChunks);
+    else
+      dq_staging::write_group(dq, buf.dq_slot(), warp_, me_ * kDqN / 8, p_.K16 / 8, p_.K16 / 8);
     ptx::barrier_arrive(buf.dq_full());
   }
 
@@ -152,7 +172,7 @@ class SplitConsumer {
  protected:
   const bwd::BackwardParams& p_;
   const bwd_detail::KeyWork w_;
-  const int me_, rank_, lane_, warp_;
+  const int me_, rank_, key_rank_, lane_, warp_;
   float acc_[kAcc];
 };
 
@@ -165,8 +185,9 @@ class ScoreConsumer : public SplitConsumer<T, kK, kV, kRowSums> {
 
  public:
   using typename Base::Operand;
-  __device__ __forceinline__ ScoreConsumer(const bwd::BackwardParams& p, const bwd_detail::KeyWork& w, int rank)
-      : Base(p, w, 0, rank) {}
+  __device__ __forceinline__ ScoreConsumer(const bwd::BackwardParams& p, const bwd_detail::KeyWork& w, int rank,
+                                           int key_rank)
+      : Base(p, w, 0, rank, key_rank) {}
 
   // kRowSums: the gate's key terms Gc_key log2 e of this thread's keys for query head h (0 without a gate; a slice
   // pair's relative to its anchor, gate_anchor).
@@ -214,8 +235,9 @@ class GradientConsumer : public SplitConsumer<T, kK, kV, kRowSums> {
 
  public:
   using typename Base::Operand;
-  __device__ __forceinline__ GradientConsumer(const bwd::BackwardParams& p, const bwd_detail::KeyWork& w, int rank)
-      : Base(p, w, 1, rank) {}
+  __device__ __forceinline__ GradientConsumer(const bwd::BackwardParams& p, const bwd_detail::KeyWork& w, int rank,
+                                              int key_rank)
+      : Base(p, w, 1, rank, key_rank) {}
 
   // dP^T = V dO^T over the CTA's head dims, one wgmma group.
   __device__ __forceinline__ void issue_dp(float (&dp)[kS], const Buf& buf, int stage) const {
@@ -355,8 +377,10 @@ __device__ __forceinline__ void hand_over_dq(Consumer& c, const float (&dq)[Cons
 // Consumer 0's walk over the item's steps; dV stays in its registers for leave().
 template <class T, int kK, int kV, bool kRowSums>
 __device__ __forceinline__ void consume_scores(ScoreConsumer<T, kK, kV, kRowSums>& c, const DkdvParams& p,
-                                               const bwd_detail::KeyWork& w, const Buffers<kK, kV>& buf, int rank) {
-  using Tile = DkdvWideTile<kK, kV>;
+                                               const bwd_detail::KeyWork& w, const Buffers<kK, kV, kRowSums>& buf,
+                                               int cta) {
+  using Tile = DkdvWideTile<kK, kV, kRowSums>;
+  using Buf = Buffers<kK, kV, kRowSums>;
   using Consumer = ScoreConsumer<T, kK, kV, kRowSums>;
   if (w.steps == 0) return;
   ptx::barrier_wait(buf.kv_full(), 0);
@@ -369,7 +393,7 @@ __device__ __forceinline__ void consume_scores(ScoreConsumer<T, kK, kV, kRowSums
     float sc[Tile::BM / 2];
     ptx::wgmma_fence();
     c.issue_scores(sc, buf, s);
-    const Exchange<kK, kV> swap(buf, it, 0, static_cast<uint32_t>(rank));
+    const Exchange<kK, kV, kRowSums> swap(buf, it, 0, static_cast<uint32_t>(cta));
     if constexpr (Tile::kPair == 2) swap.open_slot();
     ptx::wgmma_wait<0>();
     ptx::wgmma_hold(sc);
@@ -391,17 +415,20 @@ __device__ __forceinline__ void consume_scores(ScoreConsumer<T, kK, kV, kRowSums
     // lands there a round trip after this arrival.
     if constexpr (Tile::kPair == 2) swap.free_slot();
     ptx::named_barrier_arrive_any(kPtReady, 256);
-    if constexpr (Buffers<kK, kV>::kDoApart) ptx::barrier_wait(buf.do_full(), Buffers<kK, kV>::DoRing::parity(it));
+    if constexpr (Buf::kDoApart) ptx::barrier_wait(buf.do_full(), Buf::DoRing::parity(it));
     float dq[Consumer::kDqAcc];
     ptx::wgmma_fence();
     c.issue_dv(pt, buf, s);
     ptx::named_barrier_sync_any(kDsReady, 256);
+    const DsSwap<kK, kV, kRowSums> ds(buf, it, static_cast<uint32_t>(cta));
+    if constexpr (Tile::kKeyPair == 2) ds.receive();
     c.issue_dq(dq, buf);
     ptx::wgmma_wait<1>();
     c.hold_acc();
     buf.release_do();
     ptx::wgmma_wait<0>();
     ptx::wgmma_hold(dq);
+    if constexpr (Tile::kKeyPair == 2) ds.free();
     hand_over_dq<false>(c, dq, p.b, buf, it, st, nullptr);
     // The next step's key terms where it is another head's (every step in the ascending order).
     if (kRowSums && it + 1 < w.steps && (w.up || walk.ends_head())) key_term = c.key_terms(walk.following().h);
@@ -411,9 +438,10 @@ __device__ __forceinline__ void consume_scores(ScoreConsumer<T, kK, kV, kRowSums
 // Consumer 1's walk over the item's steps; dK stays in its registers for leave().
 template <class T, int kK, int kV, bool kRowSums>
 __device__ __forceinline__ void consume_gradients(GradientConsumer<T, kK, kV, kRowSums>& c, const DkdvParams& p,
-                                                  const bwd_detail::KeyWork& w, const Buffers<kK, kV>& buf,
-                                                  int rank) {
-  using Tile = DkdvWideTile<kK, kV>;
+                                                  const bwd_detail::KeyWork& w, const Buffers<kK, kV, kRowSums>& buf,
+                                                  int cta) {
+  using Tile = DkdvWideTile<kK, kV, kRowSums>;
+  using Buf = Buffers<kK, kV, kRowSums>;
   using Consumer = GradientConsumer<T, kK, kV, kRowSums>;
   if (w.steps == 0) {  // keys no query row sees (window 0): zero column sums
     for (int64_t h = w.hk * p.b.a.group; h < (w.hk + 1) * p.b.a.group; ++h) c.store_colsum(h);
@@ -425,13 +453,15 @@ __device__ __forceinline__ void consume_gradients(GradientConsumer<T, kK, kV, kR
   for (int it = 0; it < w.steps; ++it, walk.next()) {
     const bwd_detail::Step st = *walk;
     const int s = buf.stage(it);
-    if constexpr (Buffers<kK, kV>::kDoApart) ptx::barrier_wait(buf.do_full(), Buffers<kK, kV>::DoRing::parity(it));
+    if constexpr (Buf::kDoApart) ptx::barrier_wait(buf.do_full(), Buf::DoRing::parity(it));
     else ptx::barrier_wait(buf.q_full(s), buf.parity(it));
     ptx::barrier_wait(buf.t_full(s), buf.parity(it));
     float dp[Tile::BM / 2];
     ptx::wgmma_fence();
     c.issue_dp(dp, buf, s);
-    const Exchange<kK, kV> swap(buf, it, 1, static_cast<uint32_t>(rank));
+    const DsSwap<kK, kV, kRowSums> ds(buf, it, static_cast<uint32_t>(cta));
+    if constexpr (Tile::kKeyPair == 2) ds.expect();
+    const Exchange<kK, kV, kRowSums> swap(buf, it, 1, static_cast<uint32_t>(cta));
     if constexpr (Tile::kPair == 2) swap.open_slot();
     ptx::wgmma_wait<0>();
     ptx::wgmma_hold(dp);
@@ -445,19 +475,23 @@ __device__ __forceinline__ void consume_gradients(GradientConsumer<T, kK, kV, kR
     float* const sums = kRowSums ? buf.sums(it % 2) : nullptr;  // read two steps ago, before ds_ready of the step between
     c.gradients(dp, buf.pt(), buf.terms(s), sums, dst);
     ptx::barrier_arrive(buf.t_empty(s));
+    if constexpr (Tile::kKeyPair == 2) ds.wait_sent_free();
     c.store_ds(dst, buf);
     if constexpr (Tile::kPair == 2) swap.free_slot();  // after dS^T, made from what the slot held, is stored
     ptx::named_barrier_sync_any(kDsReady, 256);
-    if constexpr (Buffers<kK, kV>::kDoApart) ptx::barrier_wait(buf.q_full(s), buf.parity(it));
+    if constexpr (Tile::kKeyPair == 2) ds.send();
+    if constexpr (Buf::kDoApart) ptx::barrier_wait(buf.q_full(s), buf.parity(it));
     float dq[Consumer::kDqAcc];
     ptx::wgmma_fence();
     c.issue_dk(dst, buf, s);
+    if constexpr (Tile::kKeyPair == 2) ds.receive();  // dK's wgmmas run while the other tile comes
     c.issue_dq(dq, buf);
     ptx::wgmma_wait<1>();
     c.hold_acc();
     buf.release_q(s);
     ptx::wgmma_wait<0>();
     ptx::wgmma_hold(dq);
+    if constexpr (Tile::kKeyPair == 2) ds.free();
     hand_over_dq<kRowSums>(c, dq, p.b, buf, it, st, sums);
     if (kRowSums && w.up) c.gather_colsum(buf.colsums(), static_cast<int>(st.h - w.hk * p.b.a.group));
     else if (kRowSums && walk.ends_head()) c.store_colsum(st.h);
@@ -469,23 +503,25 @@ __device__ __forceinline__ void consume_gradients(GradientConsumer<T, kK, kV, kR
 // read dO last for the last dP^T, before the last pt_ready), consumer 1's dK into a Q stage (one: consumer 0 read Q
 // last for the last S^T; of two, the one the last step left alone); once both are staged, all 256 threads copy them
 // out.
+// cta: the CTA's rank in a pair's or a key pair's cluster (0 without one).
 template <class T, int kK, int kV, bool kRowSums>
 __device__ __forceinline__ void consume_split(const DkdvParams& p, const bwd_detail::KeyWork& w,
-                                              const Buffers<kK, kV>& buf, int me, int rank) {
-  using Tile = DkdvWideTile<kK, kV>;
+                                              const Buffers<kK, kV, kRowSums>& buf, int me, int cta) {
+  using Tile = DkdvWideTile<kK, kV, kRowSums>;
+  const int rank = Tile::kPair == 2 ? cta : 0, key_rank = Tile::kKeyPair == 2 ? cta : 0;
   // dK into the Q stage the last step did not use where there are two (no copy lands there any more).
-  T* const dk_tile = buf.template q<T>(Buffers<kK, kV>::stage(static_cast<uint32_t>(w.steps)));
+  T* const dk_tile = buf.template q<T>(Buffers<kK, kV, kRowSums>::stage(static_cast<uint32_t>(w.steps)));
   T* const dv_tile = buf.template dout<T>(0);
   static_assert(Tile::kDoStages == 1 && Tile::BN * Tile::kCtaK * 2 == Tile::kQBytes &&
                     Tile::BN * Tile::kCtaV * 2 == Tile::kDoBytes,
                 "dK and dV fill a Q stage and the dO stage");
   if (me == 0) {
-    ScoreConsumer<T, kK, kV, kRowSums> c(p.b, w, rank);
-    consume_scores(c, p, w, buf, rank);
+    ScoreConsumer<T, kK, kV, kRowSums> c(p.b, w, rank, key_rank);
+    consume_scores(c, p, w, buf, cta);
     c.stage_out(ScoreConsumer<T, kK, kV, kRowSums>::Scale::kInv, dv_tile);
   } else {
-    GradientConsumer<T, kK, kV, kRowSums> c(p.b, w, rank);
-    consume_gradients(c, p, w, buf, rank);
+    GradientConsumer<T, kK, kV, kRowSums> c(p.b, w, rank, key_rank);
+    consume_gradients(c, p, w, buf, cta);
     c.stage_out(p.b.a.scale, dk_tile);
   }
   ptx::named_barrier_sync_any(kOutStaged, 256);

@@ -20,12 +20,14 @@ namespace flashgate::cuda::hopper {
 #if defined(__CUDACC__)
 namespace dq_staging {
 
-// A consumer warp's accumulators of 16-row group `group` of the slot, chunks chunk0.. of the group's `chunks`
-// (those past it are columns past the head dim: not written); then a fence so that the copy engine sees them.
+// A consumer warp's accumulators of 16-row group `group` of the slot (`group_chunks` chunks a group), chunks chunk0..
+// of the group's first `chunks` (those past them are columns past the head dim: not written); then a fence so that
+// the copy engine sees them.
 template <int kFloats>
 __device__ __forceinline__ void write_group(const float (&dq)[kFloats], unsigned char* slot, int group, int chunk0,
-                                            int chunks) {
-  float4* at = reinterpret_cast<float4*>(slot + static_cast<uint32_t>(group * chunks + chunk0) * 512) + threadIdx.x % 32;
+                                            int chunks, int group_chunks) {
+  float4* at =
+      reinterpret_cast<float4*>(slot + static_cast<uint32_t>(group * group_chunks + chunk0) * 512) + threadIdx.x % 32;
 #pragma unroll
   for (int j = 0; j < kFloats / 4; ++j)
     if (chunk0 + j < chunks) at[32 * j] = make_float4(dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
@@ -38,6 +40,23 @@ __device__ __forceinline__ void add_run(float* dst, const unsigned char* slot, u
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (threadIdx.x % 32 == 0) {
     if (bytes > 0) ptx::bulk_add_f32(dst, reinterpret_cast<const float*>(slot), bytes);
+    ptx::bulk_commit();
+    ptx::bulk_wait_read<0>();
+  }
+#endif
+  __syncwarp();
+}
+
+// The writer warp, where the slot holds a column range of its rows: `groups` 16-row groups of `bytes` each,
+// `group_bytes` apart in the slot and `group_floats` apart at dst, added by lane 0 in one bulk group; the warp goes
+// on once the copy engine has read them.
+__device__ __forceinline__ void add_groups(float* dst, int64_t group_floats, const unsigned char* slot, int groups,
+                                           uint32_t group_bytes, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (threadIdx.x % 32 == 0) {
+    if (bytes > 0)
+      for (int g = 0; g < groups; ++g)
+        ptx::bulk_add_f32(dst + g * group_floats, reinterpret_cast<const float*>(slot + g * group_bytes), bytes);
     ptx::bulk_commit();
     ptx::bulk_wait_read<0>();
   }

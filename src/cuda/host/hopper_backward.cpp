@@ -60,11 +60,23 @@ int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev
 }
 }  // namespace
 
+namespace {
+// The CTAs on one item: two in the 512 bucket (head-dim halves) and in the 256 one without the row sums (key tiles).
+int wide_cluster(const cuda::bwd::BackwardParams& p) {
+  if (!wide(p) || wide_192_128(p)) return 1;
+  if (p.a.K > 256 || p.a.V > 256) return cuda::hopper::DkdvWideTile<512, 512>::kCluster;
+  return p.needs_row_sums() ? cuda::hopper::DkdvWideTile<256, 256, true>::kCluster
+                            : cuda::hopper::DkdvWideTile<256, 256, false>::kCluster;
+}
+}  // namespace
+
 int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p) {
-  static_assert(cuda::hopper::DkdvWideTile<512, 512>::BN == cuda::hopper::DkdvWideTile<256, 256>::BN &&
-                cuda::hopper::DkdvTile<64>::BN == cuda::hopper::DkdvTile<128>::BN);
+  using cuda::hopper::DkdvWideTile;
+  static_assert(cuda::hopper::DkdvTile<64>::BN == cuda::hopper::DkdvTile<128>::BN);
   if (!wide(p)) return cuda::hopper::DkdvTile<64>::BN;
-  return wide_192_128(p) ? cuda::hopper::DkdvWideTile<192, 128>::BN : cuda::hopper::DkdvWideTile<256, 256>::BN;
+  if (wide_192_128(p)) return DkdvWideTile<192, 128>::kItemKeys;
+  if (p.a.K > 256 || p.a.V > 256) return DkdvWideTile<512, 512>::kItemKeys;
+  return p.needs_row_sums() ? DkdvWideTile<256, 256, true>::kItemKeys : DkdvWideTile<256, 256, false>::kItemKeys;
 }
 
 bool hopper_dkdv_sums_sink(const cuda::bwd::BackwardParams& p) {
@@ -85,7 +97,7 @@ std::string hopper_dkdv_refusal(const DkdvTensors& args, const cuda::bwd::Backwa
   if (a.K % 8 != 0 || a.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (a.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
   const int64_t items = cuda::make_key_tile_schedule(a, hopper_dkdv_key_rows(p), nullptr).num_tiles * a.H;
-  const int64_t ctas = items * (a.K > 256 || a.V > 256 ? 2 : 1);  // the 512 bucket pairs CTAs on an item
+  const int64_t ctas = items * wide_cluster(p);
   if (ctas > std::numeric_limits<int32_t>::max()) return "needs fewer than 2^31 CTAs ((key tile, kv head) pairs)";
   for (const Tensor* t : {&args.q, &args.k, &args.v, &args.dout})
     if (!token_head_map_ready(*t)) return "needs q, k, v and dout with 16-byte aligned rows and strides";

@@ -23,7 +23,8 @@ DkdvTensors dkdv_tensors(const Args& a) {
   return {a.q, a.k, a.v, a.dout, a.dk, a.dv};
 }
 
-// Key rows per CTA of the Hopper dK/dV kernel that serves `p` (the key tile schedule's tile_rows).
+// Key rows per item of the Hopper dK/dV kernel that serves `p` (the key tile schedule's tile_rows; a key pair's two
+// CTAs share one item). Takes p.needs_row_sums() as final.
 int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p);
 
 // "" when the Hopper dK/dV kernel serves this backward (its params `p` planned for the MMA path), else why not:

@@ -119,9 +119,9 @@ SlicePlan make_plan(const SliceBackwardArgs& a, BackwardParams& p, DkdvKernels k
 #if defined(FLASHGATE_WITH_HOPPER)
   if (plan.mma && kernels == DkdvKernels::hopper && hopper_dkdv_refusal(dkdv_tensors(a), p, dev).empty()) {
     plan.hopper = true;
-    plan.kv.tiles.key_tile = hopper_dkdv_key_rows(p);
     p.head_parts = 1;
     if (p.a.has_sink && !hopper_dkdv_sums_sink(p)) p.need_E = true;  // the row-sum variant's P factor (unused E)
+    plan.kv.tiles.key_tile = hopper_dkdv_key_rows(p);  // after need_E: the row sums choose the wide variant's tiles
   }
 #else
   (void)kernels;

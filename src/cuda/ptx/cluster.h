@@ -30,6 +30,13 @@ __device__ __forceinline__ void store_to_peer(float* remote, const float (&v)[4]
   ::cuda::ptx::st_async(remote, v, remote_bar);
 }
 
+// `bytes` of this CTA's shared memory (`local`, 16-byte aligned, written by the generic proxy and fenced for the
+// async one) copied by the copy engine into another CTA's (`remote`, from peer_shared), counting as transaction bytes
+// on its barrier `remote_bar`. Only that barrier tells when `local` has been read.
+__device__ __forceinline__ void copy_to_peer(void* remote, const void* local, uint32_t bytes, uint64_t* remote_bar) {
+  ::cuda::ptx::cp_async_bulk(::cuda::ptx::space_cluster, ::cuda::ptx::space_shared, remote, local, bytes, remote_bar);
+}
+
 // An arrival on another CTA's barrier (`remote_bar`, from peer_shared) that says this thread is done reading what
 // that CTA stored here. Relaxed: it orders nothing, so the caller arrives only once its reads are served (for
 // example after storing values made from them), since the other CTA may write again as soon as it sees the arrival.
