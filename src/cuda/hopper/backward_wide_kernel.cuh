@@ -1,7 +1,8 @@
 // The Hopper backward's wide buckets (sm_90a): dK, dV of one key tile (BN keys) and one kv head for K and V up to
 // 256 (without the row sums a key pair: two CTAs on adjacent key tiles) or 512 (a pair of CTAs, each with half of the
-// head dims), or K up to 192 with V up to 128; fp16/bf16, both modes; dQ added into the fp32 accumulator; with kRowSums (a gate or a sink) also the row sums E (and, with a gate,
-// the mass) and the gate's column sums of dS. Its shape is backward.h's DkdvWideTile.
+// head dims), or K up to 192 with V up to 128; fp16/bf16, both modes; dQ added into the fp32 accumulator; with
+// kRowSums (a gate or a sink) also the row sums E (and, with a gate, the mass) and the gate's column sums of dS. Its
+// shape is backward.h's DkdvWideTile.
 //
 // Warpgroup 0 produces exactly as in the narrow kernel (backward_roles.cuh: bwd_detail::produce, stage_terms); where
 // the bucket stages dQ (DkdvWideTile::kStagedDq) its warp 3 adds the consumers' staged dQ (bwd_detail::write_dq),
