@@ -378,8 +378,40 @@ __global__ void __launch_bounds__(128, 1) swap_kernel(const float* in, float* ou
 #endif
 }
 
-TEST(PtxHopper, ClusterPairSwapsThroughSharedMemory) {
-  FLASHGATE_REQUIRE_SM90();
+// The key pairs' protocol (DsSwap): each round a CTA writes its tile, has the copy engine copy it into the other's one
+// slot (completing on the other's barrier) and reads what the other copied into its own; it writes its tile again only
+// once the other has read the last one (empty), which also says the copy engine has read the tile.
+__global__ void __launch_bounds__(128, 1) copy_swap_kernel(const float* in, float* out) {
+#if FG_SM90A_BODY
+  __shared__ alignas(128) float tile[kSwapFloats], slot[kSwapFloats];
+  __shared__ alignas(8) uint64_t full, empty;
+  const int t = threadIdx.x;
+  const uint32_t rank = ptx::cluster_rank(), other = rank ^ 1u;
+  if (t == 0) {
+    ptx::barrier_init(&full, 1), ptx::barrier_init(&empty, 4);
+    ptx::fence_barrier_init();
+  }
+  ptx::cluster_sync();
+  for (int round = 0; round < kRounds; ++round) {
+    if (t == 0) ptx::barrier_arrive_expect(&full, kSwapFloats * 4);
+    if (round > 0) ptx::barrier_wait(&empty, (round - 1) & 1);
+    const float* mine = in + (static_cast<size_t>(rank) * kRounds + round) * kSwapFloats + 4 * t;
+    for (int i = 0; i < 4; ++i) tile[4 * t + i] = mine[i];
+    ptx::fence_async_shared();
+    __syncthreads();
+    if (t == 0) ptx::copy_to_peer(ptx::peer_shared(slot, other), tile, kSwapFloats * 4, ptx::peer_shared(&full, other));
+    ptx::barrier_wait(&full, round & 1);
+    float* got = out + (static_cast<size_t>(rank) * kRounds + round) * kSwapFloats + 4 * t;
+    for (int i = 0; i < 4; ++i) got[i] = slot[4 * t + i];
+    __syncwarp();
+    if (t % 32 == 0) ptx::arrive_on_peer(ptx::peer_shared(&empty, other));
+  }
+  ptx::cluster_sync();
+#endif
+}
+
+// Runs a 2-CTA swap kernel on fresh random data and checks that each CTA received every round the other sent.
+void check_pair_swap(void (*kernel)(const float*, float*)) {
   const uint64_t seed = flashgate::harness::fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -393,7 +425,7 @@ TEST(PtxHopper, ClusterPairSwapsThroughSharedMemory) {
   cluster[0].val.clusterDim.x = 2, cluster[0].val.clusterDim.y = 1, cluster[0].val.clusterDim.z = 1;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(2), config.blockDim = dim3(128), config.attrs = cluster, config.numAttrs = 1;
-  ASSERT_EQ(cudaLaunchKernelEx(&config, swap_kernel, static_cast<const float*>(in.ptr), out.ptr), cudaSuccess);
+  ASSERT_EQ(cudaLaunchKernelEx(&config, kernel, static_cast<const float*>(in.ptr), out.ptr), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> got = out.get();
   for (int r = 0; r < 2; ++r)
@@ -403,6 +435,16 @@ TEST(PtxHopper, ClusterPairSwapsThroughSharedMemory) {
         const size_t sent = (static_cast<size_t>(r ^ 1) * kRounds + round) * kSwapFloats + i;
         ASSERT_EQ(got[at], data[sent]) << "CTA " << r << " round " << round << " float " << i;
       }
+}
+
+TEST(PtxHopper, ClusterPairSwapsThroughSharedMemory) {
+  FLASHGATE_REQUIRE_SM90();
+  check_pair_swap(swap_kernel);
+}
+
+TEST(PtxHopper, ClusterPairCopiesIntoTheOthersSharedMemory) {
+  FLASHGATE_REQUIRE_SM90();
+  check_pair_swap(copy_swap_kernel);
 }
 
 }  // namespace
