@@ -28,7 +28,8 @@ namespace bwd_wide {
 // The CTA's buffers and barriers: the narrow kernel's interface (the producer's and the term warp's code is shared)
 // with the wide kernel's own tiles beside it.
 template <int kK, int kV, bool kRowSums = false>
-struct Buffers : Ring<DkdvWideTile<kK, kV>::kStages>, bwd_detail::StepBarriers<DkdvWideTile<kK, kV>::kStages> {
+struct Buffers : Ring<DkdvWideTile<kK, kV, kRowSums>::kStages>,
+                 bwd_detail::StepBarriers<DkdvWideTile<kK, kV, kRowSums>::kStages> {
   using Tile = DkdvWideTile<kK, kV, kRowSums>;
   using Ring<Tile::kStages>::kS;
   static constexpr int kReleasers = 8;  // one lane per consumer warp

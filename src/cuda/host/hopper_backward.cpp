@@ -58,26 +58,27 @@ int kv_heads_together(const cuda::bwd::BackwardParams& p, const DeviceFacts& dev
   const int64_t fit = int64_t{dev.l2_bytes} / 2 / head_bytes;
   return static_cast<int>(std::clamp<int64_t>(fit, std::min<int64_t>(4, p.a.H), p.a.H));
 }
-}  // namespace
 
-namespace {
-// The CTAs on one item: two in the 512 bucket (head-dim halves) and in the 256 one without the row sums (key tiles).
-int wide_cluster(const cuda::bwd::BackwardParams& p) {
-  if (!wide(p) || wide_192_128(p)) return 1;
-  if (p.a.K > 256 || p.a.V > 256) return cuda::hopper::DkdvWideTile<512, 512>::kCluster;
-  return p.needs_row_sums() ? cuda::hopper::DkdvWideTile<256, 256, true>::kCluster
-                            : cuda::hopper::DkdvWideTile<256, 256, false>::kCluster;
+// An item of the dK/dV kernel that serves `p`: its keys (the key tile schedule's tile_rows) and its CTAs (two in the
+// 512 bucket, head-dim halves, and in the 256 one without the row sums, key tiles).
+struct ItemShape {
+  int keys, ctas;
+};
+template <class Tile>
+constexpr ItemShape wide_item() {
+  return {Tile::kItemKeys, Tile::kCluster};
 }
-}  // namespace
-
-int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p) {
+ItemShape item_shape(const cuda::bwd::BackwardParams& p) {
   using cuda::hopper::DkdvWideTile;
   static_assert(cuda::hopper::DkdvTile<64>::BN == cuda::hopper::DkdvTile<128>::BN);
-  if (!wide(p)) return cuda::hopper::DkdvTile<64>::BN;
-  if (wide_192_128(p)) return DkdvWideTile<192, 128>::kItemKeys;
-  if (p.a.K > 256 || p.a.V > 256) return DkdvWideTile<512, 512>::kItemKeys;
-  return p.needs_row_sums() ? DkdvWideTile<256, 256, true>::kItemKeys : DkdvWideTile<256, 256, false>::kItemKeys;
+  if (!wide(p)) return {cuda::hopper::DkdvTile<64>::BN, 1};
+  if (wide_192_128(p)) return wide_item<DkdvWideTile<192, 128>>();
+  if (p.a.K > 256 || p.a.V > 256) return wide_item<DkdvWideTile<512, 512>>();
+  return p.needs_row_sums() ? wide_item<DkdvWideTile<256, 256, true>>() : wide_item<DkdvWideTile<256, 256, false>>();
 }
+}  // namespace
+
+int hopper_dkdv_key_rows(const cuda::bwd::BackwardParams& p) { return item_shape(p).keys; }
 
 bool hopper_dkdv_sums_sink(const cuda::bwd::BackwardParams& p) {
   const bool bucket_128 = !wide(p) && (p.a.K > 64 || p.a.V > 64);  // Consumer::kSinkParts
@@ -96,8 +97,8 @@ std::string hopper_dkdv_refusal(const DkdvTensors& args, const cuda::bwd::Backwa
     return "takes rows that see at most 64 keys (exact D) with head dims up to 256 only";
   if (a.K % 8 != 0 || a.V % 8 != 0) return "takes head dims K and V that are multiples of 8 (its tensor maps)";
   if (a.T > std::numeric_limits<int32_t>::max()) return "sequences longer than 2^31 - 1 tokens are not supported";
-  const int64_t items = cuda::make_key_tile_schedule(a, hopper_dkdv_key_rows(p), nullptr).num_tiles * a.H;
-  const int64_t ctas = items * wide_cluster(p);
+  const ItemShape item = item_shape(p);
+  const int64_t ctas = cuda::make_key_tile_schedule(a, item.keys, nullptr).num_tiles * a.H * item.ctas;
   if (ctas > std::numeric_limits<int32_t>::max()) return "needs fewer than 2^31 CTAs ((key tile, kv head) pairs)";
   for (const Tensor* t : {&args.q, &args.k, &args.v, &args.dout})
     if (!token_head_map_ready(*t)) return "needs q, k, v and dout with 16-byte aligned rows and strides";
