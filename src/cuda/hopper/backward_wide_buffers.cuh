@@ -218,8 +218,9 @@ struct Exchange {
 // A key pair's dS^T tiles, swapped each step so that both CTAs make dQ over the item's 128 keys: consumer 1 arms
 // ds_in for the other CTA's tile (expect), writes its own tile once the other CTA is done with the last one sent
 // (wait_sent_free: the copy engine has then read it too), and once both consumers met at ds_ready (every thread's
-// stores are in and fenced) copies it into the other CTA (send); both consumers wait for the other's (receive) before
-// dQ and free it once their dQ wgmmas are done (free).
+// stores are in and fenced) copies it into the other CTA (send); both consumers issue dQ's k-steps over their own tile,
+// release the step's dO (consumer 0) or Q (consumer 1), then wait for the other's tile (receive) before the k-steps over
+// it, and free it once their dQ wgmmas are done (free).
 template <int kK, int kV, bool kRowSums>
 struct DsSwap {
   using Buf = Buffers<kK, kV, kRowSums>;

@@ -95,13 +95,15 @@ class SplitConsumer {
 #pragma unroll
     for (int t = 0; t < BN / 16; ++t)
       ptx::Wgmma<T, kDqN, 1>::template ss<1>(dq, ptx::mn_major_step(ds0, t), ptx::mn_major_step(k0, t), t > 0);
-    if constexpr (Tile::kKeyPair == 2) {
-      const uint64_t k1 = ptx::mn_major_descriptor(buf.template k_other<T>() + me_ * BN * 64, BN, 0);
+    ptx::wgmma_commit();
+  }
+  // A key pair: dQ's k-steps over the other tile's keys, after issue_dq's over this one's, their own wgmma group.
+  __device__ __forceinline__ void issue_dq_other(float (&dq)[kDqAcc], const Buf& buf) const {
+    const uint64_t ds0 = ptx::mn_major_descriptor(buf.template dst<T>(), BN, 0),
+                   k1 = ptx::mn_major_descriptor(buf.template k_other<T>() + me_ * BN * 64, BN, 0);
 #pragma unroll
-      for (int t = 0; t < BN / 16; ++t)
-        ptx::Wgmma<T, kDqN, 1>::template ss<1>(dq, ptx::mn_major_step(ds0, BN / 16 + t), ptx::mn_major_step(k1, t),
-                                               true);
-    }
+    for (int t = 0; t < BN / 16; ++t)
+      ptx::Wgmma<T, kDqN, 1>::template ss<1>(dq, ptx::mn_major_step(ds0, BN / 16 + t), ptx::mn_major_step(k1, t), true);
     ptx::wgmma_commit();
   }
 
@@ -421,11 +423,20 @@ __device__ __forceinline__ void consume_scores(ScoreConsumer<T, kK, kV, kRowSums
     c.issue_dv(pt, buf, s);
     ptx::named_barrier_sync_any(kDsReady, 256);
     const DsSwap<kK, kV, kRowSums> ds(buf, it, static_cast<uint32_t>(cta));
-    if constexpr (Tile::kKeyPair == 2) ds.receive();
-    c.issue_dq(dq, buf);
-    ptx::wgmma_wait<1>();
-    c.hold_acc();
-    buf.release_do();
+    if constexpr (Tile::kKeyPair == 2) {
+      // dO is released before the wait for the other CTA's tile, so that the next step's dO loads while it comes.
+      ptx::wgmma_wait<0>();
+      c.hold_acc();
+      buf.release_do();
+      c.issue_dq(dq, buf);
+      ds.receive();
+      c.issue_dq_other(dq, buf);
+    } else {
+      c.issue_dq(dq, buf);
+      ptx::wgmma_wait<1>();
+      c.hold_acc();
+      buf.release_do();
+    }
     ptx::wgmma_wait<0>();
     ptx::wgmma_hold(dq);
     if constexpr (Tile::kKeyPair == 2) ds.free();
@@ -484,11 +495,14 @@ __device__ __forceinline__ void consume_gradients(GradientConsumer<T, kK, kV, kR
     float dq[Consumer::kDqAcc];
     ptx::wgmma_fence();
     c.issue_dk(dst, buf, s);
-    if constexpr (Tile::kKeyPair == 2) ds.receive();  // dK's wgmmas run while the other tile comes
     c.issue_dq(dq, buf);
     ptx::wgmma_wait<1>();
     c.hold_acc();
     buf.release_q(s);
+    if constexpr (Tile::kKeyPair == 2) {  // Q is released before the wait for the other tile
+      ds.receive();
+      c.issue_dq_other(dq, buf);
+    }
     ptx::wgmma_wait<0>();
     ptx::wgmma_hold(dq);
     if constexpr (Tile::kKeyPair == 2) ds.free();
