@@ -86,8 +86,8 @@ class SplitConsumer {
   }
 
   // dQ = dS K for this consumer's half of the CTA's columns: dS read transposed from the dS^T tile, K transposed from
-  // its 64-column blocks. A key pair: columns 128 key_rank + 64 me over both tiles' keys, the other tile's dS^T and K
-  // after this one's.
+  // its 64-column blocks. A key pair: columns 128 key_rank + 64 me over this tile's keys (issue_dq_other adds the
+  // other tile's).
   __device__ __forceinline__ void issue_dq(float (&dq)[kDqAcc], const Buf& buf) const {
     const int block = Tile::kKeyPair == 2 ? 2 * key_rank_ + me_ : me_ * (kCta / 128);
     const uint64_t ds0 = ptx::mn_major_descriptor(buf.template dst<T>(), BN, 0),
@@ -97,8 +97,10 @@ class SplitConsumer {
       ptx::Wgmma<T, kDqN, 1>::template ss<1>(dq, ptx::mn_major_step(ds0, t), ptx::mn_major_step(k0, t), t > 0);
     ptx::wgmma_commit();
   }
-  // A key pair: dQ's k-steps over the other tile's keys, after issue_dq's over this one's, their own wgmma group.
+  // A key pair: dQ's k-steps over the other tile's keys (its dS^T tile and K half), after issue_dq's over this one's,
+  // their own wgmma group.
   __device__ __forceinline__ void issue_dq_other(float (&dq)[kDqAcc], const Buf& buf) const {
+    // The other's dS^T tile is dst_other, right after dst: its k-steps run on from this tile's.
     const uint64_t ds0 = ptx::mn_major_descriptor(buf.template dst<T>(), BN, 0),
                    k1 = ptx::mn_major_descriptor(buf.template k_other<T>() + me_ * BN * 64, BN, 0);
 #pragma unroll
